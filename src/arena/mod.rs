@@ -1,0 +1,161 @@
+//! The arena: one slab reserved once, leased every step.
+#![deny(unsafe_code)]
+
+mod book;
+mod lease;
+mod stats;
+mod step;
+
+pub use lease::Lease;
+pub use stats::ArenaStats;
+pub use step::Step;
+
+use book::Book;
+
+use crate::device::{Device, Slab};
+use crate::dtype::Element;
+use crate::error::{Available, Error, Result};
+use crate::plan::{Buffer, Plan};
+
+/// Owns a plan, the one slab that holds it, and the lease state.
+///
+/// ```
+/// use tensor_arena::{Arena, HostDevice, Planner};
+/// let mut planner = Planner::new();
+/// let x = planner.step::<f32>("x", &[4, 100])?;
+/// let mut arena = Arena::new(HostDevice::new(), planner.plan()?)?;
+/// for batch in [4, 4, 3] {
+///     arena.step(|s| {
+///         let mut x = s.lease(x)?;
+///         x.set_shape(&[batch, 100])?;
+///         x.as_mut_slice().fill(1.0);
+///         Ok::<_, tensor_arena::Error>(())
+///     })?;
+/// }
+/// assert_eq!(arena.stats().device.alloc_calls, 1);
+/// # Ok::<(), tensor_arena::Error>(())
+/// ```
+pub struct Arena<D: Device> {
+    // Field order is drop order: the slab goes back before the device.
+    pub(crate) slab: D::Slab,
+    pub(crate) device: D,
+    pub(crate) plan: Plan,
+    pub(crate) book: Book,
+}
+
+impl<D: Device> Arena<D> {
+    /// Reserves the plan's slab on `device` with one allocation.
+    ///
+    /// Fails with [`Error::OutOfMemory`], naming needed and free bytes, if
+    /// the device reports less free memory than the plan needs; nothing is
+    /// allocated in that case.
+    pub fn new(device: D, plan: Plan) -> Result<Arena<D>> {
+        let needed = plan.slab_bytes();
+        if let Some(free) = device.free_memory()?
+            && needed > free
+        {
+            return Err(Error::OutOfMemory {
+                device: device.name().to_owned(),
+                needed,
+                available: Available::Free(free),
+            });
+        }
+        let align = plan.offset_align().max(device.min_alignment());
+        let slab = device.reserve(needed, align)?;
+        debug_assert!(slab.len() >= needed);
+        let book = Book::new(&plan);
+        Ok(Arena {
+            slab,
+            device,
+            plan,
+            book,
+        })
+    }
+
+    /// Opens a step and runs `f` in it. Leases made in `f` cannot escape it.
+    pub fn step<R>(&mut self, f: impl FnOnce(&Step<'_, D>) -> R) -> R {
+        let step = self.begin_step();
+        f(&step)
+    }
+
+    /// Opens a step held by a guard; the step ends when the guard drops.
+    pub fn begin_step(&mut self) -> Step<'_, D> {
+        self.book.phase.set(0);
+        self.book.clear_leaked();
+        Step { arena: self }
+    }
+
+    /// Copies `data` into the start of a buffer, outside any step (to load
+    /// weights, say). `data` may be shorter than the capacity.
+    pub fn write<T: Element>(&mut self, buffer: Buffer<T>, data: &[T]) -> Result<()> {
+        let offset = self.check_copy(buffer, data.len())?;
+        self.device
+            .write(&self.slab, offset, bytemuck::cast_slice(data))
+    }
+
+    /// Copies the start of a buffer into `out`, outside any step.
+    pub fn read<T: Element>(&mut self, buffer: Buffer<T>, out: &mut [T]) -> Result<()> {
+        let offset = self.check_copy(buffer, out.len())?;
+        self.device
+            .read(&self.slab, offset, bytemuck::cast_slice_mut(out))
+    }
+
+    fn check_copy<T: Element>(&self, buffer: Buffer<T>, elements: usize) -> Result<usize> {
+        let b = self.plan.buffer(buffer.id)?;
+        if elements > b.capacity() {
+            return Err(Error::ViewTooLarge {
+                buffer: b.name().to_owned(),
+                shape: vec![elements],
+                elements,
+                capacity: b.capacity(),
+                padded: b.padded_shape().to_vec(),
+            });
+        }
+        Ok(b.offset())
+    }
+
+    /// The plan this arena holds.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ArenaStats {
+        let c = &self.book.counters;
+        ArenaStats {
+            reserved_bytes: self.slab.len() as u64,
+            active_bytes: c.active_bytes.get(),
+            peak_active_bytes: c.peak_active_bytes.get(),
+            live_leases: c.live_leases.get(),
+            peak_live_leases: c.peak_live_leases.get(),
+            total_leases: c.total_leases.get(),
+            // Every lease not live any more was released.
+            total_releases: c.total_leases.get() - c.live_leases.get(),
+            leased_bytes: c.leased_bytes.get(),
+            released_bytes: c.leased_bytes.get() - c.active_bytes.get(),
+            segments: 1,
+            steps: c.steps.get(),
+            device: self.device.counters(),
+        }
+    }
+
+    /// A table laid out like `torch_npu.npu.memory_summary()`.
+    pub fn memory_summary(&self) -> String {
+        self.stats().summary(self.device.name())
+    }
+}
+
+impl<D: Device> std::fmt::Debug for Arena<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("device", &self.device.name())
+            .field("slab_bytes", &self.slab.len())
+            .field("buffers", &self.plan.buffers().len())
+            .finish()
+    }
+}

@@ -1,0 +1,269 @@
+//! The crate's one error type.
+//!
+//! Every message names what the user can act on: the buffer, the shape and
+//! the limit that was crossed.
+
+use crate::dtype::DType;
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while declaring, planning, reserving or
+/// leasing buffers.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A buffer or phase was declared with an empty name.
+    #[error("empty name: every buffer and phase needs a non-empty name")]
+    EmptyName,
+
+    /// Two buffers (or two phases) share a name.
+    #[error("duplicate name '{name}': buffer and phase names must be unique within a planner")]
+    DuplicateName {
+        /// The repeated name.
+        name: String,
+    },
+
+    /// A shape with no dimensions, or with a zero dimension.
+    #[error(
+        "buffer '{buffer}': shape {shape:?} has no elements; every dimension must be at least 1"
+    )]
+    EmptyShape {
+        /// Buffer the shape belongs to.
+        buffer: String,
+        /// The offending shape.
+        shape: Vec<usize>,
+    },
+
+    /// A shape with more dimensions than the crate supports.
+    #[error(
+        "buffer '{buffer}': shape {shape:?} has {ndim} dimensions, more than the limit of {max}"
+    )]
+    TooManyDims {
+        /// Buffer the shape belongs to.
+        buffer: String,
+        /// The offending shape.
+        shape: Vec<usize>,
+        /// Its number of dimensions.
+        ndim: usize,
+        /// The supported maximum.
+        max: usize,
+    },
+
+    /// Size arithmetic on a shape, or on the slab, would overflow.
+    #[error(
+        "buffer '{buffer}': shape {shape:?} overflows while computing {what} (limit {limit} bytes)"
+    )]
+    SizeOverflow {
+        /// Buffer the computation was for (or `<slab>`).
+        buffer: String,
+        /// The shape involved.
+        shape: Vec<usize>,
+        /// Which quantity overflowed.
+        what: &'static str,
+        /// The largest representable value.
+        limit: u64,
+    },
+
+    /// An offset alignment that is not a power of two, or below the device
+    /// minimum.
+    #[error(
+        "offset alignment {align} is invalid: it must be a power of two and at least {min} bytes"
+    )]
+    InvalidAlignment {
+        /// The requested alignment.
+        align: usize,
+        /// The smallest alignment allowed.
+        min: usize,
+    },
+
+    /// A phase span whose ends are out of order or belong to another planner.
+    #[error("buffer '{buffer}': phase span {first}..={last} is invalid ({reason})")]
+    InvalidPhaseSpan {
+        /// Buffer declared with the span.
+        buffer: String,
+        /// Name of the first phase, as far as it could be resolved.
+        first: String,
+        /// Name of the last phase, as far as it could be resolved.
+        last: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// A phase handle that does not belong to this planner or arena.
+    #[error("phase #{index} does not belong to this {owner} (it was created by another planner)")]
+    ForeignPhase {
+        /// Index inside its own planner.
+        index: usize,
+        /// "planner" or "arena".
+        owner: &'static str,
+    },
+
+    /// `plan()` was called with no buffers declared.
+    #[error("nothing to plan: declare at least one buffer before calling plan()")]
+    EmptyPlan,
+
+    /// A buffer handle created by another planner was used.
+    #[error(
+        "buffer handle #{index} does not belong to this {owner}; it was declared on another planner"
+    )]
+    ForeignHandle {
+        /// Index inside its own planner.
+        index: usize,
+        /// "planner" or "arena".
+        owner: &'static str,
+    },
+
+    /// The element type asked for differs from the declared one.
+    #[error("buffer '{buffer}': declared as {declared}, used as {requested}")]
+    DTypeMismatch {
+        /// The buffer.
+        buffer: String,
+        /// Its declared element type.
+        declared: DType,
+        /// The element type of the request.
+        requested: DType,
+    },
+
+    /// A view shape whose element count exceeds the buffer's capacity.
+    #[error(
+        "buffer '{buffer}': view shape {shape:?} needs {elements} elements, capacity is {capacity} (padded shape {padded:?})"
+    )]
+    ViewTooLarge {
+        /// The buffer.
+        buffer: String,
+        /// The requested view shape.
+        shape: Vec<usize>,
+        /// Elements the view needs.
+        elements: usize,
+        /// Elements the buffer holds.
+        capacity: usize,
+        /// The planned (padded) shape.
+        padded: Vec<usize>,
+    },
+
+    /// A view shape that is not usable (too many dimensions, or no dimensions).
+    #[error("buffer '{buffer}': view shape {shape:?} is invalid ({reason})")]
+    InvalidView {
+        /// The buffer.
+        buffer: String,
+        /// The requested view shape.
+        shape: Vec<usize>,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// A buffer that already has a live lease was leased again.
+    #[error(
+        "buffer '{buffer}' is already leased in this step; drop the first lease before leasing it again"
+    )]
+    AlreadyLeased {
+        /// The buffer.
+        buffer: String,
+    },
+
+    /// Two buffers that share slab bytes would both be leased at once.
+    #[error(
+        "buffer '{buffer}' shares slab bytes [{start}, {end}) with live lease '{other}'; their declared lifetimes say they are never alive together"
+    )]
+    LeaseOverlap {
+        /// The buffer being leased.
+        buffer: String,
+        /// The live lease it collides with.
+        other: String,
+        /// First shared byte offset.
+        start: usize,
+        /// One past the last shared byte offset.
+        end: usize,
+    },
+
+    /// A buffer was leased outside the phases its lifetime covers.
+    #[error(
+        "buffer '{buffer}' lives in phases {first}..={last} but the step is in phase '{current}'"
+    )]
+    OutsidePhase {
+        /// The buffer.
+        buffer: String,
+        /// Current phase of the step.
+        current: String,
+        /// First phase of the buffer's span.
+        first: String,
+        /// Last phase of the buffer's span.
+        last: String,
+    },
+
+    /// Phases were entered out of their declared order.
+    #[error(
+        "cannot enter phase '{requested}' after phase '{current}': phases run in declaration order within a step"
+    )]
+    PhaseOrder {
+        /// Current phase.
+        current: String,
+        /// Phase asked for.
+        requested: String,
+    },
+
+    /// A lease is still live when the step moves past its last phase.
+    #[error(
+        "buffer '{buffer}' is still leased when entering phase '{phase}', after its last phase '{last}'; drop the lease first"
+    )]
+    LeaseOutlivesSpan {
+        /// The buffer whose lease is still live.
+        buffer: String,
+        /// The phase being entered.
+        phase: String,
+        /// The last phase of the buffer's span.
+        last: String,
+    },
+
+    /// The device cannot provide the slab.
+    #[error("device '{device}' cannot reserve the {needed}-byte slab: {available}")]
+    OutOfMemory {
+        /// Device name.
+        device: String,
+        /// Bytes the plan needs.
+        needed: usize,
+        /// What the device reported as available.
+        available: Available,
+    },
+
+    /// A host slice whose length differs from the lease's current view.
+    #[error("buffer '{buffer}': host data has {given} elements, the view has {expected}")]
+    LengthMismatch {
+        /// The buffer.
+        buffer: String,
+        /// Elements in the host slice.
+        given: usize,
+        /// Elements in the view.
+        expected: usize,
+    },
+
+    /// An error reported by a device backend.
+    #[error("device '{device}': {operation} failed: {message}")]
+    Device {
+        /// Device name.
+        device: String,
+        /// The operation that failed.
+        operation: &'static str,
+        /// What the backend reported.
+        message: String,
+    },
+}
+
+/// How much memory a device said it had when a reservation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Available {
+    /// The device reported this many free bytes.
+    Free(usize),
+    /// The device does not report free memory; the allocation itself failed.
+    Unknown,
+}
+
+impl std::fmt::Display for Available {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Available::Free(bytes) => write!(f, "only {bytes} bytes are free"),
+            Available::Unknown => f.write_str("the allocation failed (free memory unknown)"),
+        }
+    }
+}

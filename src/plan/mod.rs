@@ -1,0 +1,17 @@
+//! Planning: declared buffer specs in, one slab with every offset out.
+//!
+//! Pure computation: no device, no `unsafe`, no panics on user input.
+#![deny(unsafe_code, clippy::unwrap_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod layout;
+pub mod placement;
+mod planned;
+mod planner;
+mod report;
+mod spec;
+
+pub use planned::{LifetimeKind, Plan, PlannedBuffer};
+pub use planner::{DEFAULT_OFFSET_ALIGN, MIN_OFFSET_ALIGN, Planner, PlannerConfig};
+pub use report::{BufferReport, PlanReport};
+pub use spec::{Buffer, BufferId, BufferSpec, Lifetime, Phase};

@@ -1,0 +1,312 @@
+//! The result of planning: every buffer's padded shape, size and offset in
+//! one slab.
+
+use serde::Serialize;
+
+use super::placement::{self, GreedyOrder, Interval};
+use super::planner::PlannerConfig;
+use super::spec::BufferId;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::Shape;
+
+/// How a planned buffer lives (the plan's own copy of the declared
+/// [`Lifetime`](crate::Lifetime), with phases resolved to indices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LifetimeKind {
+    /// The whole run.
+    Persistent,
+    /// A whole step.
+    Step,
+    /// A span of phases.
+    Phases,
+}
+
+/// One buffer of a [`Plan`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedBuffer {
+    pub(crate) name: String,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Shape,
+    pub(crate) padded: Shape,
+    pub(crate) bytes: usize,
+    pub(crate) size: usize,
+    pub(crate) offset: usize,
+    pub(crate) kind: LifetimeKind,
+    pub(crate) first_phase: usize,
+    pub(crate) last_phase: usize,
+}
+
+impl PlannedBuffer {
+    /// The declared name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The declared (largest) shape.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+    /// The shape after rounding: the capacity of every lease of this buffer.
+    pub fn padded_shape(&self) -> &Shape {
+        &self.padded
+    }
+    /// Elements the buffer can hold (of the padded shape).
+    pub fn capacity(&self) -> usize {
+        self.padded.elements()
+    }
+    /// Bytes of the padded shape.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    /// Bytes reserved for it in the slab (device padding and alignment included).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    /// Byte offset in the slab.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// How it lives.
+    pub fn lifetime(&self) -> LifetimeKind {
+        self.kind
+    }
+    /// First and last phase (inclusive) in which it is alive.
+    pub fn phases(&self) -> (usize, usize) {
+        (self.first_phase, self.last_phase)
+    }
+    /// Its time interval for placement: `[first, last + 1)` in phase units.
+    pub fn interval(&self) -> Interval {
+        Interval {
+            lower: self.first_phase,
+            upper: self.last_phase + 1,
+            size: self.size,
+        }
+    }
+    /// Whether both buffers are alive in some common phase (persistent
+    /// buffers are alive in all of them).
+    pub fn overlaps_in_time(&self, other: &PlannedBuffer) -> bool {
+        self.interval().overlaps_in_time(&other.interval())
+    }
+    /// Byte range in the slab.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.size
+    }
+}
+
+/// A placement of declared buffers in one slab. Build it with
+/// [`Planner::plan`](crate::Planner::plan); reserve it with
+/// [`Arena::new`](crate::Arena::new).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub(crate) id: u64,
+    pub(crate) config: PlannerConfig,
+    pub(crate) phases: Vec<String>,
+    pub(crate) buffers: Vec<PlannedBuffer>,
+    pub(crate) slab_bytes: usize,
+    pub(crate) lower_bound: usize,
+    pub(crate) persistent_bytes: usize,
+}
+
+impl Plan {
+    /// Places `buffers` (offsets ignored on input): persistent ones stacked
+    /// from offset 0, the rest greedy by size above them.
+    pub(crate) fn build(
+        id: u64,
+        config: PlannerConfig,
+        phases: Vec<String>,
+        mut buffers: Vec<PlannedBuffer>,
+    ) -> Result<Plan> {
+        // If the sum of all sizes fits, every offset and height below does.
+        buffers
+            .iter()
+            .try_fold(0usize, |acc, b| acc.checked_add(b.size))
+            .ok_or_else(|| Error::SizeOverflow {
+                buffer: "<slab>".to_owned(),
+                shape: Vec::new(),
+                what: "the total size of all buffers",
+                limit: usize::MAX as u64,
+            })?;
+
+        // Buffers alive for the whole run can always sit below the rest
+        // without raising the optimum, and keeping them contiguous makes the
+        // slab's persistent part easy to guard and inspect.
+        let mut persistent_bytes = 0;
+        for b in buffers
+            .iter_mut()
+            .filter(|b| b.kind == LifetimeKind::Persistent)
+        {
+            b.offset = persistent_bytes;
+            persistent_bytes += b.size;
+        }
+        let scoped: Vec<usize> = (0..buffers.len())
+            .filter(|&i| buffers[i].kind != LifetimeKind::Persistent)
+            .collect();
+        let intervals: Vec<Interval> = scoped.iter().map(|&i| buffers[i].interval()).collect();
+        let offsets = placement::greedy(&intervals, GreedyOrder::Size);
+        for (&i, off) in scoped.iter().zip(offsets) {
+            buffers[i].offset = persistent_bytes + off;
+        }
+        let lower_bound = persistent_bytes + placement::lower_bound(&intervals);
+        let slab_bytes = buffers.iter().map(|b| b.offset + b.size).max().unwrap_or(0);
+        Ok(Plan {
+            id,
+            config,
+            phases,
+            buffers,
+            slab_bytes,
+            lower_bound,
+            persistent_bytes,
+        })
+    }
+
+    /// Every planned buffer, in declaration order.
+    pub fn buffers(&self) -> &[PlannedBuffer] {
+        &self.buffers
+    }
+
+    /// The planned buffer behind `id`, or an error if the handle comes from
+    /// another planner (or was declared after this plan was made).
+    pub fn buffer(&self, id: BufferId) -> Result<&PlannedBuffer> {
+        self.check(id)?;
+        Ok(&self.buffers[id.index()])
+    }
+
+    #[inline]
+    pub(crate) fn check(&self, id: BufferId) -> Result<()> {
+        if id.planner != self.id || id.index() >= self.buffers.len() {
+            return Err(Error::ForeignHandle {
+                index: id.index(),
+                owner: "plan",
+            });
+        }
+        Ok(())
+    }
+
+    /// Names of the declared phases, in order.
+    pub fn phases(&self) -> &[String] {
+        &self.phases
+    }
+
+    /// Name of phase `index`, or `"step"` when no phases were declared.
+    pub fn phase_name(&self, index: usize) -> &str {
+        self.phases.get(index).map_or("step", String::as_str)
+    }
+
+    /// Bytes of the one slab the plan needs.
+    pub fn slab_bytes(&self) -> usize {
+        self.slab_bytes
+    }
+
+    /// The largest total of bytes alive at one time: no placement of these
+    /// buffers can be smaller.
+    pub fn lower_bound(&self) -> usize {
+        self.lower_bound
+    }
+
+    /// Bytes of the persistent buffers (the bottom of the slab).
+    pub fn persistent_bytes(&self) -> usize {
+        self.persistent_bytes
+    }
+
+    /// Bytes added by rounding, device padding and alignment, summed over
+    /// buffers: reserved size minus declared size.
+    pub fn padding_waste(&self) -> usize {
+        self.buffers
+            .iter()
+            .map(|b| b.size - b.shape.elements() * b.dtype.size())
+            .sum()
+    }
+
+    /// Slab size over lower bound (1.0 is a perfect packing).
+    pub fn footprint_ratio(&self) -> f64 {
+        self.slab_bytes as f64 / self.lower_bound.max(1) as f64
+    }
+
+    /// Alignment of every offset and of the slab start.
+    pub fn offset_align(&self) -> usize {
+        self.config.offset_align
+    }
+
+    /// Checks the plan's invariants: offsets aligned, buffers alive together
+    /// never share bytes, everything inside the slab.
+    pub fn validate(&self) -> std::result::Result<(), placement::Violation> {
+        if let Some(i) = self
+            .buffers
+            .iter()
+            .position(|b| b.offset % self.config.offset_align != 0)
+        {
+            return Err(placement::Violation::Misaligned {
+                item: i,
+                align: self.config.offset_align,
+            });
+        }
+        let items: Vec<Interval> = self.buffers.iter().map(PlannedBuffer::interval).collect();
+        let offsets: Vec<usize> = self.buffers.iter().map(|b| b.offset).collect();
+        placement::validate(&items, &offsets, Some(self.slab_bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Lifetime, Planner};
+
+    #[test]
+    fn persistent_buffers_sit_below_and_never_share() {
+        let mut p = Planner::new();
+        let a = p.phase("a").unwrap();
+        let b = p.phase("b").unwrap();
+        let w1 = p.persistent::<f32>("w1", &[100]).unwrap();
+        let t1 = p.span::<f32>("t1", &[1000], a, a).unwrap();
+        let w2 = p.persistent::<f32>("w2", &[100]).unwrap();
+        let t2 = p.span::<f32>("t2", &[1000], b, b).unwrap();
+        let plan = p.plan().unwrap();
+        plan.validate().unwrap();
+        let (w1, w2) = (plan.buffer(w1.id()).unwrap(), plan.buffer(w2.id()).unwrap());
+        assert_eq!(w1.offset(), 0);
+        assert_eq!(w2.offset(), w1.size());
+        assert_eq!(plan.persistent_bytes(), w1.size() + w2.size());
+        let (t1, t2) = (plan.buffer(t1.id()).unwrap(), plan.buffer(t2.id()).unwrap());
+        assert_eq!(t1.offset(), plan.persistent_bytes());
+        assert_eq!(t1.offset(), t2.offset());
+        assert_eq!(plan.slab_bytes(), plan.lower_bound());
+    }
+
+    #[test]
+    fn step_buffers_never_share() {
+        let mut p = Planner::new();
+        p.phase("only").unwrap();
+        let x = p.step::<f32>("x", &[64]).unwrap();
+        let y = p
+            .declare::<f32>(crate::BufferSpec::of::<f32>("y", &[64]).lifetime(Lifetime::Step))
+            .unwrap();
+        let plan = p.plan().unwrap();
+        let (x, y) = (plan.buffer(x.id()).unwrap(), plan.buffer(y.id()).unwrap());
+        assert!(x.range().end <= y.range().start || y.range().end <= x.range().start);
+    }
+
+    #[test]
+    fn padding_waste_and_ratio() {
+        let mut p = Planner::new();
+        p.step::<f32>("x", &[10]).unwrap(); // 40 declared bytes, 512 reserved
+        let plan = p.plan().unwrap();
+        assert_eq!(plan.padding_waste(), 512 - 40);
+        assert_eq!(plan.footprint_ratio(), 1.0);
+    }
+
+    #[test]
+    fn foreign_handles_are_rejected() {
+        let mut p = Planner::new();
+        p.step::<f32>("x", &[10]).unwrap();
+        let plan = p.plan().unwrap();
+        let late = p.step::<f32>("late", &[10]).unwrap();
+        assert!(plan.buffer(late.id()).is_err());
+        let mut q = Planner::new();
+        let other = q.step::<f32>("x", &[10]).unwrap();
+        assert!(plan.buffer(other.id()).is_err());
+    }
+}

@@ -1,0 +1,233 @@
+//! Shapes, the rounding policy that pads them, and checked byte arithmetic.
+//!
+//! Every size computation here is checked: an overflow is an
+//! [`Error::SizeOverflow`] naming the buffer, never a wrapped value.
+
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result};
+
+/// The most dimensions a buffer or a view may have.
+pub const MAX_DIMS: usize = 8;
+
+/// Dimensions stored inline: a shape never touches the heap.
+pub type Dims = SmallVec<[usize; MAX_DIMS]>;
+
+/// A validated shape: 1 to [`MAX_DIMS`] dimensions, none zero, whose element
+/// count fits in `usize`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Shape(Dims);
+
+impl Shape {
+    /// Validates `dims` for the buffer called `buffer` (the name only feeds
+    /// error messages).
+    pub fn new(buffer: &str, dims: &[usize]) -> Result<Shape> {
+        if dims.len() > MAX_DIMS {
+            return Err(Error::TooManyDims {
+                buffer: buffer.to_owned(),
+                shape: dims.to_vec(),
+                ndim: dims.len(),
+                max: MAX_DIMS,
+            });
+        }
+        if dims.is_empty() || dims.contains(&0) {
+            return Err(Error::EmptyShape {
+                buffer: buffer.to_owned(),
+                shape: dims.to_vec(),
+            });
+        }
+        element_count(buffer, dims)?;
+        Ok(Shape(dims.iter().copied().collect()))
+    }
+
+    /// The dimensions.
+    pub fn dims(&self) -> &[usize] {
+        &self.0
+    }
+
+    /// Number of elements (cannot overflow: checked at construction).
+    pub fn elements(&self) -> usize {
+        self.0.iter().product()
+    }
+
+    /// The shape padded by `rounding`, with overflow checked.
+    pub fn rounded(&self, buffer: &str, rounding: Rounding) -> Result<Shape> {
+        let mut dims = self.0.clone();
+        let (count, multiple) = match rounding {
+            Rounding::None => (0, 1),
+            Rounding::Inner16 => (1, 16),
+            Rounding::Inner32 => (1, 32),
+            Rounding::Tile16 => (2, 16),
+            Rounding::Tile32 => (2, 32),
+        };
+        let ndim = dims.len();
+        for d in dims.iter_mut().skip(ndim.saturating_sub(count)) {
+            *d = align_up(*d, multiple).ok_or_else(|| Error::SizeOverflow {
+                buffer: buffer.to_owned(),
+                shape: self.0.to_vec(),
+                what: "the padded shape",
+                limit: usize::MAX as u64,
+            })?;
+        }
+        element_count(buffer, &dims)?;
+        Ok(Shape(dims))
+    }
+}
+
+impl std::ops::Deref for Shape {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// How a declared shape is padded before planning.
+///
+/// Padding to 16- or 32-element multiples keeps device kernels on their
+/// tail-free path (AscendC moves data in 32-byte units and compares in
+/// 256-byte units) and lets one buffer serve every shape up to its maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rounding {
+    /// Keep the shape as declared.
+    None,
+    /// Pad the innermost dimension to a multiple of 16 (the default).
+    #[default]
+    Inner16,
+    /// Pad the innermost dimension to a multiple of 32.
+    Inner32,
+    /// Pad the last two dimensions to multiples of 16 (matrix tiles).
+    Tile16,
+    /// Pad the last two dimensions to multiples of 32 (matrix tiles).
+    Tile32,
+}
+
+impl Rounding {
+    /// Lower-case name, as used in reports and spec files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Rounding::None => "none",
+            Rounding::Inner16 => "inner16",
+            Rounding::Inner32 => "inner32",
+            Rounding::Tile16 => "tile16",
+            Rounding::Tile32 => "tile32",
+        }
+    }
+
+    /// Parses a name written by [`Rounding::name`].
+    pub fn from_name(name: &str) -> Option<Rounding> {
+        [
+            Rounding::None,
+            Rounding::Inner16,
+            Rounding::Inner32,
+            Rounding::Tile16,
+            Rounding::Tile32,
+        ]
+        .into_iter()
+        .find(|r| r.name() == name)
+    }
+}
+
+/// `x` rounded up to a multiple of `multiple` (> 0), or `None` on overflow.
+pub fn align_up(x: usize, multiple: usize) -> Option<usize> {
+    debug_assert!(multiple > 0);
+    match x % multiple {
+        0 => Some(x),
+        r => x.checked_add(multiple - r),
+    }
+}
+
+/// Product of `dims`, checked.
+pub(crate) fn element_count(buffer: &str, dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::SizeOverflow {
+            buffer: buffer.to_owned(),
+            shape: dims.to_vec(),
+            what: "the element count",
+            limit: usize::MAX as u64,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_shapes() {
+        assert!(matches!(
+            Shape::new("x", &[]),
+            Err(Error::EmptyShape { .. })
+        ));
+        assert!(matches!(
+            Shape::new("x", &[3, 0]),
+            Err(Error::EmptyShape { .. })
+        ));
+        assert!(matches!(
+            Shape::new("x", &[1; MAX_DIMS + 1]),
+            Err(Error::TooManyDims { ndim: 9, .. })
+        ));
+        assert!(matches!(
+            Shape::new("x", &[usize::MAX, 2]),
+            Err(Error::SizeOverflow { .. })
+        ));
+    }
+
+    #[test]
+    fn rounding_pads_the_chosen_dims() {
+        let s = Shape::new("x", &[3, 5, 17]).unwrap();
+        assert_eq!(s.rounded("x", Rounding::None).unwrap().dims(), &[3, 5, 17]);
+        assert_eq!(
+            s.rounded("x", Rounding::Inner16).unwrap().dims(),
+            &[3, 5, 32]
+        );
+        assert_eq!(
+            s.rounded("x", Rounding::Inner32).unwrap().dims(),
+            &[3, 5, 32]
+        );
+        assert_eq!(
+            s.rounded("x", Rounding::Tile16).unwrap().dims(),
+            &[3, 16, 32]
+        );
+        assert_eq!(
+            s.rounded("x", Rounding::Tile32).unwrap().dims(),
+            &[3, 32, 32]
+        );
+        let v = Shape::new("v", &[33]).unwrap();
+        assert_eq!(v.rounded("v", Rounding::Tile16).unwrap().dims(), &[48]);
+    }
+
+    #[test]
+    fn rounding_overflow_is_an_error() {
+        let s = Shape::new("big", &[usize::MAX - 3]).unwrap();
+        let err = s.rounded("big", Rounding::Inner16).unwrap_err();
+        assert!(err.to_string().contains("big"), "{err}");
+        let t = Shape::new("t", &[1 << 40, (1 << 24) - 1]).unwrap();
+        assert!(matches!(
+            t.rounded("t", Rounding::Inner32),
+            Err(Error::SizeOverflow { .. })
+        ));
+    }
+
+    #[test]
+    fn align_up_is_checked() {
+        assert_eq!(align_up(0, 32), Some(0));
+        assert_eq!(align_up(33, 32), Some(64));
+        assert_eq!(align_up(usize::MAX, 32), None);
+    }
+}
