@@ -238,6 +238,71 @@ pub enum Error {
         expected: usize,
     },
 
+    /// A probability outside `[0, 1]`, or NaN.
+    #[error("{op}: p = {p} is not a probability; it must lie in [0, 1]")]
+    InvalidProbability {
+        /// The op that was called.
+        op: &'static str,
+        /// The value given.
+        p: f32,
+    },
+
+    /// Two operands of an elementwise op differ in shape.
+    #[error(
+        "{op}: '{buffer}' has shape {shape:?} but '{other}' has shape {other_shape:?}; elementwise ops need equal shapes"
+    )]
+    ShapeMismatch {
+        /// The op that was called.
+        op: &'static str,
+        /// The buffer written in place.
+        buffer: String,
+        /// Its view shape.
+        shape: Vec<usize>,
+        /// The second operand.
+        other: String,
+        /// Its view shape.
+        other_shape: Vec<usize>,
+    },
+
+    /// Two operands of a kernel share device bytes.
+    #[error(
+        "{op}: operands '{buffer}' and '{other}' share device memory; the kernel needs distinct buffers"
+    )]
+    AliasedOperands {
+        /// The op that was called.
+        op: &'static str,
+        /// The buffer written in place.
+        buffer: String,
+        /// The second operand.
+        other: String,
+    },
+
+    /// Two operands of a kernel were leased from different arenas.
+    #[error(
+        "{op}: '{buffer}' and '{other}' come from different arenas; kernels run inside one slab"
+    )]
+    ArenaMismatch {
+        /// The op that was called.
+        op: &'static str,
+        /// The buffer written in place.
+        buffer: String,
+        /// The second operand.
+        other: String,
+    },
+
+    /// A saved dropout mask replayed on a view of a different length.
+    #[error(
+        "dropout_backward_: '{buffer}' has {len} elements but the forward mask covered {expected}"
+    )]
+    MaskLengthMismatch {
+        /// The gradient buffer.
+        buffer: String,
+        /// Its element count.
+        len: usize,
+        /// Elements of the forward call.
+        expected: usize,
+    },
+
     /// An error reported by a device backend.
     #[error("device '{device}': {operation} failed: {message}")]
     Device {

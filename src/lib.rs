@@ -49,11 +49,12 @@ pub mod caching;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod ops;
 pub mod plan;
 pub mod shape;
 pub mod units;
 
-pub use arena::{Arena, ArenaStats, Lease, Step};
+pub use arena::{Arena, ArenaStats, DropoutMask, Lease, Step};
 pub use device::{
     AllocCounts, CountingAllocator, Device, DeviceCounters, HostAccessible, HostDevice, Region,
 };

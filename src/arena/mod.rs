@@ -3,18 +3,23 @@
 
 mod book;
 mod lease;
+mod ops;
 mod stats;
 mod step;
 
 pub use lease::Lease;
+pub use ops::DropoutMask;
 pub use stats::ArenaStats;
 pub use step::Step;
+
+use std::cell::Cell;
 
 use book::Book;
 
 use crate::device::{Device, Slab};
 use crate::dtype::Element;
 use crate::error::{Available, Error, Result};
+use crate::ops::RngState;
 use crate::plan::{Buffer, Plan};
 
 /// Owns a plan, the one slab that holds it, and the lease state.
@@ -41,6 +46,8 @@ pub struct Arena<D: Device> {
     pub(crate) device: D,
     pub(crate) plan: Plan,
     pub(crate) book: Book,
+    /// Where the next random op reads the Philox stream.
+    pub(crate) rng: Cell<RngState>,
 }
 
 impl<D: Device> Arena<D> {
@@ -69,6 +76,7 @@ impl<D: Device> Arena<D> {
             device,
             plan,
             book,
+            rng: Cell::new(RngState::default()),
         })
     }
 
@@ -112,6 +120,23 @@ impl<D: Device> Arena<D> {
             });
         }
         Ok(b.offset())
+    }
+
+    /// Restarts the random stream at element 0 of `seed`.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.rng.set(RngState::new(seed));
+    }
+
+    /// Where the next random op will read the stream. Save it with a
+    /// checkpoint and restore it with [`Arena::set_rng_state`] to draw the
+    /// same masks after a resume.
+    pub fn rng_state(&self) -> RngState {
+        self.rng.get()
+    }
+
+    /// Restores a saved random-stream position.
+    pub fn set_rng_state(&mut self, state: RngState) {
+        self.rng.set(state);
     }
 
     /// The plan this arena holds.

@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::workers::Workers;
 use super::{Device, DeviceCounters, HostAccessible, Slab};
 use crate::error::{Available, Error, Result};
 
@@ -21,6 +22,9 @@ use crate::error::{Available, Error, Result};
 pub struct HostDevice {
     limit: Option<usize>,
     counters: Arc<Counters>,
+    /// Worker threads for large kernels; `None` runs everything on the
+    /// calling thread.
+    workers: Option<Arc<Workers>>,
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +49,28 @@ impl HostDevice {
             limit: Some(bytes),
             ..HostDevice::default()
         }
+    }
+
+    /// The same device running kernels of at least
+    /// [`PARALLEL_THRESHOLD`](crate::device::PARALLEL_THRESHOLD) elements on
+    /// `threads` worker threads (created now, once). Results are bit-identical
+    /// to one thread. `threads <= 1` means no workers.
+    pub fn with_threads(mut self, threads: usize) -> Result<HostDevice> {
+        self.workers = if threads <= 1 {
+            None
+        } else {
+            Some(Arc::new(Workers::new(threads)?))
+        };
+        Ok(self)
+    }
+
+    /// Threads kernels may use (1 without workers).
+    pub fn threads(&self) -> usize {
+        self.workers.as_ref().map_or(1, |w| w.parts())
+    }
+
+    pub(crate) fn workers(&self) -> Option<&Workers> {
+        self.workers.as_deref()
     }
 
     fn in_use(&self) -> usize {

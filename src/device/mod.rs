@@ -6,14 +6,20 @@
 //! the same on every backend. All `unsafe` of the crate is fenced here.
 
 mod counting_alloc;
+pub(crate) mod cpu;
 mod host;
+mod host_kernels;
 mod host_view;
+mod workers;
 
 pub use counting_alloc::{AllocCounts, CountingAllocator};
 
 pub use host::{HostDevice, HostSlab};
+pub use host_kernels::PARALLEL_THRESHOLD;
 
+use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::Kernel;
 
 /// A byte range of the slab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,3 +97,20 @@ pub trait Device {
 /// valid for reads and writes until the slab is dropped, and accessed by
 /// nothing but the holder of the slab.
 pub unsafe trait HostAccessible: Device {}
+
+/// A device that runs the crate's in-place kernels ([`Kernel`]) on slab
+/// regions. Every backend must produce the host reference's bits.
+pub trait Kernels: Device {
+    /// Runs `kernel` on the elements of `dtype` in region `x` of `slab`,
+    /// reading region `other` for two-operand kernels. The regions must lie
+    /// in the slab, be aligned, have equal lengths and not overlap;
+    /// violations are errors, never undefined behaviour.
+    fn launch(
+        &self,
+        slab: &Self::Slab,
+        kernel: &Kernel,
+        dtype: DType,
+        x: Region,
+        other: Option<Region>,
+    ) -> Result<()>;
+}

@@ -1,0 +1,36 @@
+//! CPU-feature dispatch for the reference kernels: the same safe Rust
+//! compiled twice, for the baseline target and for AVX2, chosen at run time.
+
+use crate::ops::{Float, Kernel};
+
+/// Runs one chunk with the best code path the CPU supports.
+pub(crate) fn run<T: Float>(kernel: &Kernel, x: &mut [T], other: Option<&[T]>, pos: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (detected just above), the only
+        // requirement of calling a function compiled for it.
+        unsafe { run_avx2(kernel, x, other, pos) };
+        return;
+    }
+    kernel.run_chunk(x, other, pos);
+}
+
+/// The same kernels compiled for AVX2, with the Philox tiles from
+/// `ops::philox_avx2`. No floating-point op changes (no FMA contraction: the
+/// kernels multiply once and never add).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn run_avx2<T: Float>(kernel: &Kernel, x: &mut [T], other: Option<&[T]>, pos: usize) {
+    use crate::ops::philox_avx2::{prepare, tile};
+    kernel.run_chunk_with(
+        #[inline(always)]
+        |key| {
+            let ks = prepare(key);
+            #[inline(always)]
+            move |first| tile(&ks, first)
+        },
+        x,
+        other,
+        pos,
+    );
+}
