@@ -34,3 +34,24 @@ fn run_avx2<T: Float>(kernel: &Kernel, x: &mut [T], other: Option<&[T]>, pos: us
         pos,
     );
 }
+
+/// Runs `f` compiled for the best code path the CPU supports. `f` must be
+/// `#[inline(always)]` (closure attribute) so its body is compiled into the
+/// AVX2 entry point; it must not depend on which path runs (no FMA is
+/// enabled, so floating-point results are the same on every path).
+#[inline(always)]
+pub(crate) fn dispatch<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (detected just above), the only
+        // requirement of calling a function compiled for it.
+        return unsafe { with_avx2(f) };
+    }
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}

@@ -30,6 +30,7 @@
 
 mod elementwise;
 mod float;
+mod gemm;
 pub mod philox;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod philox_avx2;
@@ -37,6 +38,7 @@ mod random;
 mod rng;
 
 pub use float::Float;
+pub use gemm::gemm;
 pub use rng::RngState;
 
 use crate::error::{Error, Result};

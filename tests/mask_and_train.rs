@@ -1,0 +1,107 @@
+//! The main example, shortened: it learns, it is deterministic, and its
+//! steady-state steps allocate nothing (measured, not assumed).
+
+#[path = "../examples/mask_and_train/data.rs"]
+mod data;
+#[path = "../examples/mask_and_train/model.rs"]
+mod model;
+#[path = "../examples/mask_and_train/naive.rs"]
+#[allow(dead_code)]
+mod naive;
+#[path = "../examples/mask_and_train/train.rs"]
+mod train;
+
+use tensor_arena::CountingAllocator;
+
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+/// A configuration small enough for a debug build: fewer, shorter samples
+/// and a narrower hidden layer than the example's defaults.
+fn small(seed: u64, threads: usize) -> train::Config {
+    let mut cfg = train::Config::new(160, 16, seed);
+    cfg.train_samples = 600;
+    cfg.eval_samples = 200;
+    cfg.sizes.max_len = 32;
+    cfg.sizes.hidden = 32;
+    cfg.log_every = 20;
+    cfg.threads = threads;
+    cfg.hyper.lr = 1e-2;
+    cfg
+}
+
+#[test]
+fn learns_deterministically_without_steady_state_allocation() -> tensor_arena::Result<()> {
+    let cfg = small(7, 1);
+    let mut plan_text = String::new();
+    let mut lines = Vec::new();
+    let a = train::train_arena(&cfg, |e| match e {
+        train::Event::Plan(p) => plan_text = p.to_string(),
+        train::Event::Progress(p) => lines.push((p.step, p.loss, p.accuracy, p.steps_per_sec)),
+    })?;
+    assert!(
+        plan_text.contains("dh") && plan_text.contains("backward"),
+        "{plan_text}"
+    );
+    let steps: Vec<usize> = lines.iter().map(|l| l.0).collect();
+    assert_eq!(steps, (1..=8).map(|k| 20 * k).collect::<Vec<_>>());
+    assert!(
+        lines
+            .iter()
+            .all(|l| (0.0..=1.0).contains(&l.2) && l.3 > 0.0)
+    );
+    assert!(a.steps_per_sec > 0.0);
+    assert!(
+        a.memory_summary.contains("steps: 173"),
+        "{}",
+        a.memory_summary
+    );
+
+    // It learns: the loss falls and held-out accuracy is far above chance.
+    assert!(
+        a.last_loss < 0.7 * a.first_loss,
+        "loss {} -> {}",
+        a.first_loss,
+        a.last_loss
+    );
+    let chance = 1.0 / cfg.sizes.classes as f64;
+    assert!(
+        a.eval_accuracy > 4.0 * chance,
+        "held-out accuracy {}",
+        a.eval_accuracy
+    );
+    assert!(a.eval_loss < a.first_loss, "held-out loss {}", a.eval_loss);
+
+    // Measured over every step after the first.
+    assert_eq!(a.steady_steps, cfg.steps as u64 - 1);
+    assert_eq!(
+        a.steady_heap_allocs, 0,
+        "host heap allocations in steady steps"
+    );
+    assert_eq!(
+        a.steady_device_allocs, 0,
+        "device allocations in steady steps"
+    );
+
+    // Same seed, same run; worker threads change nothing.
+    let b = train::train_arena(&small(7, 2), |_| {})?;
+    assert_eq!(a.window_losses, b.window_losses);
+    assert_eq!(a.checksum.to_bits(), b.checksum.to_bits());
+    assert_eq!(a.eval_accuracy, b.eval_accuracy);
+    Ok(())
+}
+
+#[test]
+fn the_naive_loop_trains_the_same_model_and_allocates_every_step() -> tensor_arena::Result<()> {
+    let mut cfg = small(3, 1);
+    cfg.steps = 40;
+    let n = naive::train_naive(&cfg, |_| {})?;
+    assert!(
+        n.steady_heap_allocs >= n.steady_steps * 10,
+        "{} allocations",
+        n.steady_heap_allocs
+    );
+    assert!(n.steady_device_requests >= n.steady_steps * 10);
+    assert!(n.last_loss.is_finite());
+    Ok(())
+}
