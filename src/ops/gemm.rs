@@ -14,6 +14,14 @@ use ndarray::{ArrayView2, ArrayViewMut2, Axis};
 
 use crate::error::{Error, Result};
 
+/// `C` is `m × n`, the sum runs over `k`.
+#[derive(Clone, Copy)]
+struct Dims {
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
 /// How a 2-D operand lies in memory.
 #[derive(Clone, Copy)]
 enum Layout<'a> {
@@ -85,6 +93,7 @@ pub fn gemm(
     if m == 0 || n == 0 || k == 0 || alpha == 0.0 {
         return Ok(());
     }
+    let dims = Dims { m, n, k };
     let c_rows = c.strides()[0] >= 0 && (c.strides()[1] == 1 || n <= 1);
     let ldc = if m <= 1 {
         n
@@ -95,13 +104,13 @@ pub fn gemm(
         (Some(la), Some(Layout::Rows(bs, ldb)), true) => match c.as_slice_memory_order_mut() {
             Some(cs) => crate::device::cpu::dispatch(
                 #[inline(always)]
-                || rows_of_b(alpha, la, bs, ldb, cs, ldc, m, n, k),
+                || rows_of_b(alpha, la, (bs, ldb), (cs, ldc), dims),
             ),
             None => general(alpha, &a, &b, &mut c),
         },
         (Some(Layout::Rows(as_, lda)), Some(Layout::Cols(bs, ldb)), true) => {
             match c.as_slice_memory_order_mut() {
-                Some(cs) => dots(alpha, as_, lda, bs, ldb, cs, ldc, m, n, k),
+                Some(cs) => dots(alpha, (as_, lda), (bs, ldb), (cs, ldc), dims),
                 None => general(alpha, &a, &b, &mut c),
             }
         }
@@ -127,18 +136,13 @@ const TILE_N: usize = 16;
 /// `TILE_M × TILE_N` tiles whose accumulators stay in registers while `p`
 /// runs, each `B` row piece contiguous. The sum over `p` runs in order for
 /// every element, whatever the tile, so results do not depend on the CPU.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn rows_of_b(
     alpha: f32,
     a: Layout<'_>,
-    b: &[f32],
-    ldb: usize,
-    c: &mut [f32],
-    ldc: usize,
-    m: usize,
-    n: usize,
-    k: usize,
+    (b, ldb): (&[f32], usize),
+    (c, ldc): (&mut [f32], usize),
+    Dims { m, n, k }: Dims,
 ) {
     let a_at = |i: usize, p: usize| match a {
         Layout::Rows(d, ld) => d[i * ld + p],
@@ -169,31 +173,21 @@ fn rows_of_b(
         }
         // Columns past the last full tile.
         for r in 0..TILE_M {
-            edge(
-                &a_at,
-                b,
-                ldb,
-                &mut c[(i0 + r) * ldc..],
-                i0 + r,
-                n_full..n,
-                k,
-                alpha,
-            );
+            let crow = &mut c[(i0 + r) * ldc..];
+            edge(&a_at, (b, ldb), crow, i0 + r, n_full..n, k, alpha);
         }
     }
     // Rows past the last full tile.
     for i in m_full..m {
-        edge(&a_at, b, ldb, &mut c[i * ldc..], i, 0..n, k, alpha);
+        edge(&a_at, (b, ldb), &mut c[i * ldc..], i, 0..n, k, alpha);
     }
 }
 
 /// One row of `C`, columns `cols`, element by element.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn edge(
     a_at: &impl Fn(usize, usize) -> f32,
-    b: &[f32],
-    ldb: usize,
+    (b, ldb): (&[f32], usize),
     crow: &mut [f32],
     i: usize,
     cols: std::ops::Range<usize>,
@@ -215,18 +209,12 @@ const LANES: usize = 8;
 
 /// `A` row-major and `B` column-major (a transposed row-major array):
 /// `C[i, j] += alpha * dot(A[i, :], B[:, j])`, both contiguous.
-#[allow(clippy::too_many_arguments)]
 fn dots(
     alpha: f32,
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    c: &mut [f32],
-    ldc: usize,
-    m: usize,
-    n: usize,
-    k: usize,
+    (a, lda): (&[f32], usize),
+    (b, ldb): (&[f32], usize),
+    (c, ldc): (&mut [f32], usize),
+    Dims { m, n, k }: Dims,
 ) {
     for i in 0..m {
         let arow = &a[i * lda..i * lda + k];
