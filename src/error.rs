@@ -303,6 +303,10 @@ pub enum Error {
         expected: usize,
     },
 
+    /// Checked mode found bytes written past a buffer's capacity.
+    #[error("{0}")]
+    GuardViolation(Box<crate::arena::GuardViolation>),
+
     /// An error reported by a device backend.
     #[error("device '{device}': {operation} failed: {message}")]
     Device {

@@ -54,7 +54,7 @@ pub mod plan;
 pub mod shape;
 pub mod units;
 
-pub use arena::{Arena, ArenaStats, DropoutMask, Lease, Step};
+pub use arena::{Arena, ArenaOptions, ArenaStats, DropoutMask, GuardViolation, Lease, Step};
 pub use device::{
     AllocCounts, CountingAllocator, Device, DeviceCounters, HostAccessible, HostDevice, Region,
 };

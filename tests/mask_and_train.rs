@@ -83,11 +83,19 @@ fn learns_deterministically_without_steady_state_allocation() -> tensor_arena::R
         "device allocations in steady steps"
     );
 
-    // Same seed, same run; worker threads change nothing.
-    let b = train::train_arena(&small(7, 2), |_| {})?;
+    // Same seed, same run; worker threads and checked mode change nothing.
+    let mut cfg_b = small(7, 2);
+    cfg_b.checked = true;
+    let b = train::train_arena(&cfg_b, |_| {})?;
     assert_eq!(a.window_losses, b.window_losses);
     assert_eq!(a.checksum.to_bits(), b.checksum.to_bits());
     assert_eq!(a.eval_accuracy, b.eval_accuracy);
+    assert!(b.guard_violations.is_empty(), "{:?}", b.guard_violations);
+    assert_eq!(
+        b.steady_heap_allocs, 0,
+        "checked mode allocates nothing either"
+    );
+    assert!(a.guard_violations.is_empty());
     Ok(())
 }
 

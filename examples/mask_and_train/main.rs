@@ -35,6 +35,9 @@ OPTIONS:
     --threads N      worker threads for the large kernels on the host (default 1;
                      results are bit-identical for any N)
     --log-every N    progress line every N steps (default 50)
+    --checked        checked mode: guard bytes after every buffer, verified after
+                     every lease, and poisoning of step-scoped buffers when their
+                     lifetime ends (also TENSOR_ARENA_CHECKED=1)
     --naive          also run the same training written as an allocating loop
                      (new masks and temporaries every step) and compare step rates
     -h, --help       this text
@@ -48,6 +51,7 @@ struct Args {
     threads: usize,
     log_every: usize,
     naive: bool,
+    checked: bool,
 }
 
 fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
@@ -59,6 +63,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
         threads: 1,
         log_every: 50,
         naive: false,
+        checked: std::env::var("TENSOR_ARENA_CHECKED").is_ok_and(|v| v == "1"),
     };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -75,6 +80,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
             "--log-every" => a.log_every = number("--log-every", value("--log-every")?)? as usize,
             "--device" => a.device = value("--device")?,
             "--naive" => a.naive = true,
+            "--checked" => a.checked = true,
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -117,10 +123,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut cfg = train::Config::new(args.steps, args.batch, args.seed);
     cfg.threads = args.threads;
+    cfg.checked = args.checked;
     cfg.log_every = args.log_every;
     println!(
-        "mask-and-train on the host device: {} steps, batch <= {}, seed {}, {} thread(s)",
-        cfg.steps, cfg.batch, cfg.seed, cfg.threads
+        "mask-and-train on the host device: {} steps, batch <= {}, seed {}, {} thread(s){}",
+        cfg.steps,
+        cfg.batch,
+        cfg.seed,
+        cfg.threads,
+        if cfg.checked { ", checked mode" } else { "" }
     );
     let report = train::train_arena(&cfg, |event| match event {
         train::Event::Plan(plan) => println!("{plan}"),
@@ -128,6 +139,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     })?;
     println!();
     println!("{}", report.memory_summary);
+    if cfg.checked {
+        match report.guard_violations.first() {
+            None => println!("checked mode: no guard violations"),
+            Some(v) => println!("checked mode: {v}"),
+        }
+    }
     println!(
         "training loss {:.4} -> {:.4} (first -> last window); held-out loss {:.4}, accuracy {:.3} (chance {:.3})",
         report.first_loss,

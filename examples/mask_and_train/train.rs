@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use tensor_arena::{Arena, CountingAllocator, Device, HostDevice, Planner, Result};
+use tensor_arena::{Arena, ArenaOptions, CountingAllocator, Device, HostDevice, Planner, Result};
 
 use crate::data::{Dataset, Loader};
 use crate::model::{Hyper, Net, Sizes, StepStats};
@@ -15,6 +15,8 @@ pub struct Config {
     pub batch: usize,
     pub seed: u64,
     pub threads: usize,
+    /// Checked mode: guard bytes and poisoning (see `ArenaOptions`).
+    pub checked: bool,
     pub log_every: usize,
     pub train_samples: usize,
     pub eval_samples: usize,
@@ -30,6 +32,7 @@ impl Config {
             batch,
             seed,
             threads: 1,
+            checked: false,
             log_every: 50,
             // Not a multiple of common batch sizes: every epoch ends with a
             // smaller batch, as real loaders give.
@@ -95,6 +98,8 @@ pub struct Report {
     pub steady_steps: u64,
     pub memory_summary: String,
     pub checksum: f64,
+    /// Checked mode: what the guards caught (empty when all is well).
+    pub guard_violations: Vec<String>,
 }
 
 /// Trains on the arena, reporting the plan and, every `log_every` steps,
@@ -111,7 +116,10 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
     let plan = planner.plan()?;
     on(Event::Plan(&plan));
     let device = HostDevice::new().with_threads(cfg.threads)?;
-    let mut arena = Arena::new(device.clone(), plan)?;
+    let options = ArenaOptions {
+        checked: cfg.checked,
+    };
+    let mut arena = Arena::with_options(device.clone(), plan, options)?;
     arena.set_seed(cfg.seed);
     net.init(&mut arena, cfg.seed)?;
 
@@ -175,5 +183,13 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
         steady_steps: steady,
         memory_summary: arena.memory_summary(),
         checksum: net.checksum(&mut arena)?,
+        guard_violations: {
+            arena
+                .verify()
+                .err()
+                .map(|e| e.to_string())
+                .into_iter()
+                .collect()
+        },
     })
 }

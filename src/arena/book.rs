@@ -22,10 +22,14 @@ pub(crate) struct Slot {
     pub offset: usize,
     pub size: usize,
     pub capacity: usize,
+    /// Bytes of the padded shape: guard bytes start right after.
+    pub capacity_bytes: usize,
     pub elements: usize,
     pub first: usize,
     pub last: usize,
-    pub phased: bool,
+    pub kind: LifetimeKind,
+    /// Checked mode only: (lease number, step, phase) of the last lease.
+    pub holder: Cell<(u64, u64, usize)>,
     pub ndim: u8,
     pub dims: [usize; MAX_DIMS],
 }
@@ -108,10 +112,12 @@ impl Book {
                     offset: b.offset(),
                     size: b.size(),
                     capacity: b.capacity(),
+                    capacity_bytes: b.bytes(),
                     elements: b.shape().elements(),
                     first,
                     last,
-                    phased: b.lifetime() == LifetimeKind::Phases,
+                    kind: b.lifetime(),
+                    holder: Cell::new((0, 0, 0)),
                     ndim: b.shape().len() as u8,
                     dims,
                 }
@@ -132,7 +138,7 @@ impl Book {
     pub fn acquire(&self, plan: &Plan, index: usize) -> Option<Result<&Slot>> {
         let slot = self.slots.get(index)?;
         let phase = self.phase.get();
-        if slot.phased && (phase < slot.first || phase > slot.last) {
+        if slot.kind == LifetimeKind::Phases && (phase < slot.first || phase > slot.last) {
             return Some(Err(self.outside_phase(plan, index)));
         }
         if slot.live.get() {

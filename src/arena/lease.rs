@@ -192,6 +192,9 @@ impl<'s, T: Element, D: Device> Lease<'s, T, D> {
 impl<T: Element, D: Device> Drop for Lease<'_, T, D> {
     #[inline]
     fn drop(&mut self) {
+        if self.arena.options.checked {
+            self.arena.on_release(self.slot, self.shape());
+        }
         self.arena.book.release(self.slot);
     }
 }

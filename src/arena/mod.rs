@@ -2,17 +2,19 @@
 #![deny(unsafe_code)]
 
 mod book;
+mod checked;
 mod lease;
 mod ops;
 mod stats;
 mod step;
 
+pub use checked::{ArenaOptions, GUARD_BYTE, GuardViolation, POISON_BYTE};
 pub use lease::Lease;
 pub use ops::DropoutMask;
 pub use stats::ArenaStats;
 pub use step::Step;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use book::Book;
 
@@ -48,6 +50,9 @@ pub struct Arena<D: Device> {
     pub(crate) book: Book,
     /// Where the next random op reads the Philox stream.
     pub(crate) rng: Cell<RngState>,
+    pub(crate) options: ArenaOptions,
+    /// Checked mode: guard damage found so far.
+    pub(crate) violations: RefCell<Vec<GuardViolation>>,
 }
 
 impl<D: Device> Arena<D> {
@@ -57,6 +62,13 @@ impl<D: Device> Arena<D> {
     /// the device reports less free memory than the plan needs; nothing is
     /// allocated in that case.
     pub fn new(device: D, plan: Plan) -> Result<Arena<D>> {
+        Arena::with_options(device, plan, ArenaOptions::default())
+    }
+
+    /// [`Arena::new`] with options, such as checked mode
+    /// ([`ArenaOptions::checked`]): guard bytes verified after every lease
+    /// and step-scoped buffers poisoned when their lease ends.
+    pub fn with_options(device: D, plan: Plan, options: ArenaOptions) -> Result<Arena<D>> {
         let needed = plan.slab_bytes();
         if let Some(free) = device.free_memory()?
             && needed > free
@@ -71,13 +83,19 @@ impl<D: Device> Arena<D> {
         let slab = device.reserve(needed, align)?;
         debug_assert!(slab.len() >= needed);
         let book = Book::new(&plan);
-        Ok(Arena {
+        let arena = Arena {
             slab,
             device,
             plan,
             book,
             rng: Cell::new(RngState::default()),
-        })
+            options,
+            violations: RefCell::new(Vec::new()),
+        };
+        if options.checked {
+            arena.arm_all();
+        }
+        Ok(arena)
     }
 
     /// Opens a step and runs `f` in it. Leases made in `f` cannot escape it.
@@ -137,6 +155,29 @@ impl<D: Device> Arena<D> {
     /// Restores a saved random-stream position.
     pub fn set_rng_state(&mut self, state: RngState) {
         self.rng.set(state);
+    }
+
+    /// The options the arena was made with.
+    pub fn options(&self) -> ArenaOptions {
+        self.options
+    }
+
+    /// Checked mode: verifies the persistent buffers' guards, then reports
+    /// the first guard violation found since the last
+    /// [`take_violations`](Arena::take_violations), if any.
+    pub fn verify(&mut self) -> Result<()> {
+        if self.options.checked {
+            self.check_persistent();
+        }
+        match self.violations.borrow().first() {
+            Some(v) => Err(Error::GuardViolation(Box::new(v.clone()))),
+            None => Ok(()),
+        }
+    }
+
+    /// Checked mode: every guard violation found so far, clearing the list.
+    pub fn take_violations(&mut self) -> Vec<GuardViolation> {
+        std::mem::take(self.violations.get_mut())
     }
 
     /// The plan this arena holds.

@@ -31,7 +31,12 @@ impl<'a, D: Device> Step<'a, D> {
             .then(|| arena.book.acquire(&arena.plan, index))
             .flatten();
         match granted {
-            Some(Ok(slot)) => Ok(Lease::new(arena, slot)),
+            Some(Ok(slot)) => {
+                if arena.options.checked {
+                    arena.on_acquire(slot);
+                }
+                Ok(Lease::new(arena, slot))
+            }
             Some(Err(e)) => Err(e),
             None => Err(Error::ForeignHandle {
                 index,
@@ -64,12 +69,35 @@ impl<'a, D: Device> Step<'a, D> {
                 owner: "arena",
             });
         }
-        self.arena.book.enter(plan, phase.index())
+        let from = self.arena.book.phase.get();
+        self.arena.book.enter(plan, phase.index())?;
+        if self.arena.options.checked {
+            self.arena.poison_ended(from, Some(phase.index()));
+        }
+        Ok(())
     }
 
     /// Name of the current phase (`"step"` when no phases were declared).
     pub fn phase(&self) -> &str {
         self.arena.plan.phase_name(self.arena.book.phase.get())
+    }
+
+    /// Checked mode: verifies the guard bytes of every live lease now, and
+    /// reports the first violation found (also kept for
+    /// [`Arena::take_violations`]). Without checked mode, does nothing.
+    pub fn verify(&self) -> Result<()> {
+        let arena = self.arena;
+        if !arena.options.checked {
+            return Ok(());
+        }
+        for slot in arena.book.slots.iter().filter(|s| s.live.get()) {
+            let shape = arena.plan.buffers()[slot.index as usize].shape();
+            if let Some(v) = arena.inspect(slot, shape) {
+                arena.violations.borrow_mut().push(v.clone());
+                return Err(Error::GuardViolation(Box::new(v)));
+            }
+        }
+        Ok(())
     }
 
     /// The arena's counters, as of now.
@@ -85,6 +113,10 @@ impl<'a, D: Device> Step<'a, D> {
 
 impl<D: Device> Drop for Step<'_, D> {
     fn drop(&mut self) {
+        if self.arena.options.checked {
+            self.arena.check_persistent();
+            self.arena.poison_ended(self.arena.book.phase.get(), None);
+        }
         self.arena.book.end_step();
     }
 }

@@ -1,0 +1,211 @@
+//! Checked mode: guard bytes after every buffer, poisoning of step-scoped
+//! buffers when their lease ends, and reports that name the buffer that
+//! overran.
+//!
+//! Every buffer's slab slot ends with at least 32 bytes past its padded
+//! capacity (the ACL `+ 32` rule, plus alignment), which no view can reach.
+//! In checked mode those bytes hold [`GUARD_BYTE`] while a lease is live and
+//! are verified when it ends: any other value means something wrote past
+//! the buffer's capacity (a device kernel with a tail bug, or a raw-pointer
+//! write). When a step-scoped buffer's lifetime ends (its last phase is
+//! left, or the step ends) its bytes are filled with [`POISON_BYTE`] (NaN in
+//! every float type, -1 in `i32`), so a read of stale data — through a
+//! buffer sharing those bytes, or in the next step — shows up. Off by
+//! default; when off, the hot path pays one branch per lease.
+
+use std::fmt;
+
+use super::Arena;
+use super::book::Slot;
+use crate::device::Device;
+use crate::plan::LifetimeKind;
+
+/// The byte guard regions are filled with.
+pub const GUARD_BYTE: u8 = 0xA5;
+/// The byte step-scoped buffers are filled with when their lease ends.
+pub const POISON_BYTE: u8 = 0xFF;
+
+/// Arena settings chosen at creation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArenaOptions {
+    /// Guard zones and poisoning (see the module docs).
+    pub checked: bool,
+}
+
+impl ArenaOptions {
+    /// Checked mode on.
+    pub fn checked() -> ArenaOptions {
+        ArenaOptions { checked: true }
+    }
+
+    /// Checked mode when the environment variable `TENSOR_ARENA_CHECKED`
+    /// is set to `1`, so a run can be checked without changing code.
+    pub fn from_env() -> ArenaOptions {
+        ArenaOptions {
+            checked: std::env::var("TENSOR_ARENA_CHECKED").is_ok_and(|v| v == "1"),
+        }
+    }
+}
+
+/// A write past a buffer's capacity, found in its guard bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardViolation {
+    /// The buffer that overran.
+    pub buffer: String,
+    /// Its capacity in bytes (padded shape).
+    pub capacity_bytes: usize,
+    /// How far past the capacity the last modified guard byte lies.
+    pub overrun_bytes: usize,
+    /// Slab offset of the first guard byte.
+    pub guard_offset: usize,
+    /// The lease that wrote last: its number (counting from 1 over the
+    /// arena's life), the step it was made in, its phase and view shape.
+    pub lease: u64,
+    /// Step number of that lease (0 for the first step).
+    pub step: u64,
+    /// Phase name of that lease.
+    pub phase: String,
+    /// View shape of that lease when it ended.
+    pub view: Vec<usize>,
+}
+
+impl fmt::Display for GuardViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "buffer '{}' was written {} byte(s) past its {}-byte capacity (guard at slab offset {}); \
+             last written through lease #{} in step {}, phase '{}', view shape {:?}",
+            self.buffer,
+            self.overrun_bytes,
+            self.capacity_bytes,
+            self.guard_offset,
+            self.lease,
+            self.step,
+            self.phase,
+            self.view
+        )
+    }
+}
+
+/// Pattern source for writes: device copies take byte slices, and a static
+/// buffer avoids allocating on the lease path.
+const CHUNK: usize = 4096;
+static GUARD_FILL: [u8; CHUNK] = [GUARD_BYTE; CHUNK];
+static POISON_FILL: [u8; CHUNK] = [POISON_BYTE; CHUNK];
+
+impl<D: Device> Arena<D> {
+    /// Fills `len` bytes at `offset` with `pattern` (a static buffer).
+    fn fill(&self, offset: usize, len: usize, pattern: &'static [u8; CHUNK]) {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(CHUNK);
+            // A failed device copy leaves the guard unchecked rather than
+            // failing the lease; verification then reports what it finds.
+            let _ = self.device.write(&self.slab, offset + done, &pattern[..n]);
+            done += n;
+        }
+    }
+
+    /// Guard bytes of `slot`: `[offset + capacity bytes, offset + size)`.
+    fn guard_range(slot: &Slot) -> (usize, usize) {
+        let start = slot.offset + slot.capacity_bytes;
+        (start, slot.offset + slot.size - start)
+    }
+
+    /// Arms every guard and poisons every step-scoped buffer (creation).
+    pub(crate) fn arm_all(&self) {
+        for slot in self.book.slots.iter() {
+            if slot.kind != LifetimeKind::Persistent {
+                self.fill(slot.offset, slot.capacity_bytes, &POISON_FILL);
+            }
+        }
+        // Guards last: a buffer's guard may lie inside another's data.
+        for slot in self.book.slots.iter() {
+            let (start, len) = Self::guard_range(slot);
+            self.fill(start, len, &GUARD_FILL);
+        }
+    }
+
+    /// On lease: re-arm the guard (another buffer may have used the bytes)
+    /// and remember who holds the buffer.
+    pub(crate) fn on_acquire(&self, slot: &Slot) {
+        let (start, len) = Self::guard_range(slot);
+        self.fill(start, len, &GUARD_FILL);
+        let c = &self.book.counters;
+        slot.holder
+            .set((c.total_leases.get(), c.steps.get(), self.book.phase.get()));
+    }
+
+    /// On release: verify the guard and record a violation.
+    pub(crate) fn on_release(&self, slot: &Slot, view: &[usize]) {
+        if let Some(v) = self.inspect(slot, view) {
+            self.violations.borrow_mut().push(v);
+        }
+    }
+
+    /// Poisons the buffers whose lifetime ends when the step goes from
+    /// phase `from` to `to` (`to == None`: the step ends).
+    pub(crate) fn poison_ended(&self, from: usize, to: Option<usize>) {
+        for slot in self.book.slots.iter() {
+            let ended = match (slot.kind, to) {
+                (LifetimeKind::Persistent, _) => false,
+                (_, None) => true,
+                (LifetimeKind::Step, Some(_)) => false,
+                (LifetimeKind::Phases, Some(to)) => slot.last >= from && slot.last < to,
+            };
+            if ended {
+                self.fill(slot.offset, slot.capacity_bytes, &POISON_FILL);
+            }
+        }
+    }
+
+    /// Reads `slot`'s guard and describes any damage.
+    pub(crate) fn inspect(&self, slot: &Slot, view: &[usize]) -> Option<GuardViolation> {
+        let (start, len) = Self::guard_range(slot);
+        let mut buf = [0u8; 512];
+        let mut last_bad = None;
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(buf.len());
+            if self
+                .device
+                .read(&self.slab, start + done, &mut buf[..n])
+                .is_err()
+            {
+                break;
+            }
+            if let Some(i) = buf[..n].iter().rposition(|&b| b != GUARD_BYTE) {
+                last_bad = Some(done + i);
+            }
+            done += n;
+        }
+        let last_bad = last_bad?;
+        let (lease, step, phase) = slot.holder.get();
+        Some(GuardViolation {
+            buffer: self.plan.buffers()[slot.index as usize].name().to_owned(),
+            capacity_bytes: slot.capacity_bytes,
+            overrun_bytes: last_bad + 1,
+            guard_offset: start,
+            lease,
+            step,
+            phase: self.plan.phase_name(phase).to_owned(),
+            view: view.to_vec(),
+        })
+    }
+
+    /// Verifies the guards of the persistent buffers (theirs are never
+    /// shared, so they can be checked at any time).
+    pub(crate) fn check_persistent(&self) {
+        for slot in self.book.slots.iter() {
+            if slot.kind == LifetimeKind::Persistent && !slot.live.get() {
+                let shape = self.plan.buffers()[slot.index as usize].shape();
+                if let Some(v) = self.inspect(slot, shape) {
+                    self.violations.borrow_mut().push(v);
+                    // Re-arm so the same damage is reported once.
+                    let (start, len) = Self::guard_range(slot);
+                    self.fill(start, len, &GUARD_FILL);
+                }
+            }
+        }
+    }
+}
