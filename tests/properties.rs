@@ -142,6 +142,10 @@ enum Op {
     Drop(usize),
     Reshape(usize, usize),
     Write(usize),
+    /// `mul_scalar_(2)` on a live lease: the model doubles its tag.
+    Scale(usize),
+    /// `dropout_(0)` on a live lease: values unchanged, stream advanced.
+    Dropout(usize),
     Enter(usize),
     EndStep,
 }
@@ -152,6 +156,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => (0usize..64).prop_map(Op::Drop),
         1 => (0usize..64, 0usize..10_000).prop_map(|(a, b)| Op::Reshape(a, b)),
         2 => (0usize..64).prop_map(Op::Write),
+        1 => (0usize..64).prop_map(Op::Scale),
+        1 => (0usize..64).prop_map(Op::Dropout),
         1 => (0usize..8).prop_map(Op::Enter),
         1 => Just(Op::EndStep),
     ]
@@ -164,7 +170,12 @@ struct Held<'s> {
     lease: Lease<'s, f32, HostDevice>,
 }
 
-fn run_ops(specs: &[SpecGen], phase_count: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run_ops(
+    specs: &[SpecGen],
+    phase_count: usize,
+    ops: &[Op],
+    checked: bool,
+) -> Result<(), TestCaseError> {
     // f32 everywhere so every lease can be tagged with a value.
     let specs: Vec<SpecGen> = specs
         .iter()
@@ -176,7 +187,9 @@ fn run_ops(specs: &[SpecGen], phase_count: usize, ops: &[Op]) -> Result<(), Test
     let (planner, phases, ids) = build(&specs, phase_count, 512);
     let plan = planner.plan().expect("plan");
     let bufs = plan.buffers().to_vec();
-    let mut arena = Arena::new(HostDevice::new(), plan).expect("arena");
+    let options = tensor_arena::ArenaOptions { checked };
+    let mut arena = Arena::with_options(HostDevice::new(), plan, options).expect("arena");
+    let mut rng_offset = 0u64;
     let persistent: Vec<usize> = (0..bufs.len())
         .filter(|&i| bufs[i].lifetime() == tensor_arena::plan::LifetimeKind::Persistent)
         .collect();
@@ -266,6 +279,21 @@ fn run_ops(specs: &[SpecGen], phase_count: usize, ops: &[Op]) -> Result<(), Test
                         h.lease.as_mut_slice().fill(next_tag);
                     }
                 }
+                Op::Scale(k) => {
+                    let count = held.len().max(1);
+                    if let Some(h) = held.get_mut(k % count) {
+                        h.lease.mul_scalar_(2.0).expect("mul_scalar_");
+                        h.tag *= 2.0;
+                    }
+                }
+                Op::Dropout(k) => {
+                    let count = held.len().max(1);
+                    if let Some(h) = held.get_mut(k % count) {
+                        let mask = h.lease.dropout_(0.0).expect("dropout_");
+                        prop_assert_eq!(mask.rng.offset, rng_offset);
+                        rng_offset += (h.lease.len() as u64).next_multiple_of(4);
+                    }
+                }
                 Op::Enter(k) => {
                     if phases.is_empty() {
                         continue;
@@ -301,6 +329,7 @@ fn run_ops(specs: &[SpecGen], phase_count: usize, ops: &[Op]) -> Result<(), Test
             let active: usize = held.iter().map(|h| bufs[h.buffer].size()).sum();
             prop_assert_eq!(st.active_bytes, active as u64);
             prop_assert_eq!(st.total_leases, expected_leases);
+            prop_assert_eq!(st.total_releases, expected_leases - held.len() as u64);
         }
         drop(held);
         drop(step);
@@ -320,6 +349,9 @@ fn run_ops(specs: &[SpecGen], phase_count: usize, ops: &[Op]) -> Result<(), Test
     }
     let st = arena.stats();
     prop_assert_eq!(st.total_leases, st.total_releases);
+    prop_assert_eq!(arena.rng_state().offset, rng_offset);
+    // Valid work never trips a guard.
+    prop_assert!(arena.verify().is_ok(), "{:?}", arena.take_violations());
     prop_assert_eq!(st.device.alloc_calls, 1);
     Ok(())
 }
@@ -332,7 +364,8 @@ proptest! {
         specs in prop::collection::vec(spec_strategy(40), 1..12),
         phase_count in 0usize..5,
         ops in prop::collection::vec(op_strategy(), 1..120),
+        checked in any::<bool>(),
     ) {
-        run_ops(&specs, phase_count, &ops)?;
+        run_ops(&specs, phase_count, &ops, checked)?;
     }
 }
