@@ -285,3 +285,51 @@ fn json_lines_and_csv_give_the_same_trace() {
     assert_eq!(j.events(), c.events());
     assert_eq!(j.allocations(), c.allocations());
 }
+
+mod random_traces {
+    use proptest::prelude::*;
+    use tensor_arena::caching::CachingConfig;
+    use tensor_arena::diag::{Trace, fits, min_capacity, plan_trace, replay_model};
+    use tensor_arena::plan::placement;
+
+    /// A CSV trace from random sizes; `frees[i]` frees the i-th oldest live
+    /// allocation after allocation i (if any is live).
+    fn csv(sizes: &[u64], frees: &[usize]) -> String {
+        let mut out = String::new();
+        let mut live: Vec<usize> = Vec::new();
+        for (i, (&size, &f)) in sizes.iter().zip(frees).enumerate() {
+            out.push_str(&format!("alloc,{i},{size}\n"));
+            live.push(i);
+            if f % 3 != 0 && !live.is_empty() {
+                let victim = live.remove(f % live.len());
+                out.push_str(&format!("free,{victim}\n"));
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn plans_are_valid_and_capacities_hold(
+            sizes in prop::collection::vec(1u64..(24 << 20), 1..60),
+            frees in prop::collection::vec(any::<usize>(), 60),
+            expandable in any::<bool>(),
+        ) {
+            let t = Trace::from_csv("random", &csv(&sizes, &frees[..sizes.len()])).unwrap();
+            let plan = plan_trace(&t);
+            prop_assert!(placement::validate(&plan.intervals, &plan.offsets, Some(plan.slab_bytes as usize)).is_ok());
+            prop_assert!(plan.slab_bytes >= plan.lower_bound);
+            prop_assert!(plan.lower_bound >= t.peak_live_bytes());
+            let config = CachingConfig { expandable_segments: expandable, ..CachingConfig::default() };
+            let r = replay_model(&t, config, false);
+            prop_assert!(r.oom.is_none());
+            prop_assert!(r.stats.allocated_bytes.peak <= r.stats.reserved_bytes.peak);
+            let min = min_capacity(&t, config);
+            prop_assert!(min <= r.stats.reserved_bytes.peak.next_multiple_of(2 << 20));
+            let at_min = CachingConfig { capacity: Some(min), ..config };
+            prop_assert!(fits(&t, at_min));
+        }
+    }
+}

@@ -21,24 +21,25 @@ pub struct Stat {
 impl Stat {
     /// Adds `amount` (which may be negative), as torch's `update_stat`.
     pub(super) fn update(&mut self, amount: i64) {
-        let magnitude = amount.unsigned_abs();
         if amount >= 0 {
-            self.current += magnitude;
-            self.allocated += magnitude;
-            self.peak = self.peak.max(self.current);
+            self.add(amount.unsigned_abs());
         } else {
-            debug_assert!(self.current >= magnitude, "stat would go negative");
-            self.current = self.current.saturating_sub(magnitude);
-            self.freed += magnitude;
+            self.sub(amount.unsigned_abs());
         }
     }
 
+    #[inline]
     pub(super) fn add(&mut self, amount: u64) {
-        self.update(amount as i64);
+        self.current += amount;
+        self.allocated += amount;
+        self.peak = self.peak.max(self.current);
     }
 
+    #[inline]
     pub(super) fn sub(&mut self, amount: u64) {
-        self.update(-(amount as i64));
+        debug_assert!(self.current >= amount, "stat would go negative");
+        self.current = self.current.saturating_sub(amount);
+        self.freed += amount;
     }
 }
 

@@ -82,7 +82,7 @@ fn draw(d: &Diagnosis, root: &DrawingArea<SVGBackend<'_>, Shift>, height: u32) -
         short(&d.trace.name)
     );
     let mut chart = ChartBuilder::on(&top)
-        .caption(title, ("sans-serif", 18))
+        .caption(title, ("sans-serif", 16))
         .margin(12)
         .x_label_area_size(28)
         .y_label_area_size(64)
@@ -101,12 +101,8 @@ fn draw(d: &Diagnosis, root: &DrawingArea<SVGBackend<'_>, Shift>, height: u32) -
             }
         })
         .draw()?;
-    let series = |f: fn(&super::Sample) -> u64| {
-        d.timeline
-            .iter()
-            .map(move |s| (s.event as f64, y(f(s))))
-            .collect::<Vec<_>>()
-    };
+    let series =
+        |f: fn(&super::Sample) -> u64| steps(d.timeline.iter().map(|s| (s.event, y(f(s)))), events);
     chart
         .draw_series(LineSeries::new(
             series(|s| s.reserved),
@@ -130,20 +126,9 @@ fn draw(d: &Diagnosis, root: &DrawingArea<SVGBackend<'_>, Shift>, height: u32) -
         .label("planned arena (one slab)")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], ARENA.stroke_width(2)));
     if let Some(recorded) = &d.recorded_reserved {
-        let mut steps = Vec::with_capacity(recorded.len() * 2 + 1);
-        let mut last = None;
-        for &(at, v) in recorded {
-            if let Some(prev) = last {
-                steps.push((at as f64, y(prev)));
-            }
-            steps.push((at as f64, y(v)));
-            last = Some(v);
-        }
-        if let Some(v) = last {
-            steps.push((events, y(v)));
-        }
+        let line = steps(recorded.iter().map(|&(at, v)| (at, y(v))), events);
         chart
-            .draw_series(LineSeries::new(steps, RECORDED.stroke_width(1)))?
+            .draw_series(LineSeries::new(line, RECORDED.stroke_width(1)))?
             .label("reserved (recorded)")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RECORDED));
     }
@@ -192,9 +177,10 @@ fn draw(d: &Diagnosis, root: &DrawingArea<SVGBackend<'_>, Shift>, height: u32) -
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     seg.draw_series(LineSeries::new(
-        d.timeline
-            .iter()
-            .map(|s| (s.event as f64, s.segments as f64)),
+        steps(
+            d.timeline.iter().map(|s| (s.event, s.segments as f64)),
+            events,
+        ),
         RESERVED.stroke_width(1),
     ))?
     .label("segments (caching allocator)")
@@ -213,9 +199,25 @@ fn draw(d: &Diagnosis, root: &DrawingArea<SVGBackend<'_>, Shift>, height: u32) -
     Ok(())
 }
 
+/// A step line through `(event, value)` points: each value holds until
+/// the next event, the last one until `end`.
+fn steps(points: impl Iterator<Item = (usize, f64)>, end: f64) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for (at, v) in points {
+        if let Some(&(_, prev)) = out.last() {
+            out.push((at as f64, prev));
+        }
+        out.push((at as f64, v));
+    }
+    if let Some(&(_, last)) = out.last() {
+        out.push((end, last));
+    }
+    out
+}
+
 /// A trace name short enough for a title.
 fn short(name: &str) -> String {
-    const MAX: usize = 70;
+    const MAX: usize = 100;
     if name.chars().count() <= MAX {
         name.to_owned()
     } else {

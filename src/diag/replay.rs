@@ -58,6 +58,8 @@ pub struct ModelReplay {
     pub allocated_at_peak_reserved: u64,
     /// Highest segment count, as a snapshot lists segments.
     pub peak_segments: u64,
+    /// Segment count when the replay ended.
+    pub end_segments: u64,
     /// State after every event (empty unless asked for).
     #[serde(skip)]
     pub timeline: Vec<Sample>,
@@ -141,6 +143,7 @@ pub fn replay_model(trace: &Trace, config: CachingConfig, timeline: bool) -> Mod
         peak_reserved_event: peak_event,
         allocated_at_peak_reserved: at_peak,
         peak_segments,
+        end_segments: model.segment_count(),
         timeline: samples,
     }
 }

@@ -160,11 +160,7 @@ impl fmt::Display for Diagnosis {
             ),
             (
                 "segments: peak / end",
-                format!(
-                    "{} / {}",
-                    m.peak_segments,
-                    self.timeline.last().map_or(0, |x| x.segments)
-                ),
+                format!("{} / {}", m.peak_segments, m.end_segments),
                 "1 / 1".to_owned(),
             ),
             (
