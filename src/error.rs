@@ -317,6 +317,59 @@ pub enum Error {
         /// What the backend reported.
         message: String,
     },
+
+    /// A caching-allocator setting (`PYTORCH_NPU_ALLOC_CONF`) that torch_npu
+    /// would refuse.
+    #[error("allocator setting '{option}:{value}' is invalid: {reason}")]
+    InvalidAllocConf {
+        /// The option name, e.g. `max_split_size_mb`.
+        option: String,
+        /// The value given.
+        value: String,
+        /// Why it was refused, with the limit.
+        reason: String,
+    },
+
+    /// An allocation trace that cannot be read: bad syntax, an unknown
+    /// action, a free of an id that is not allocated.
+    #[error("trace '{source_name}', {location}: {message}")]
+    Trace {
+        /// File name or description of the trace.
+        source_name: String,
+        /// Where in it: a line number or a snapshot entry.
+        location: String,
+        /// What is wrong, with the value found.
+        message: String,
+    },
+
+    /// A file could not be read or written.
+    #[error("cannot {operation} '{path}': {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// "read" or "write".
+        operation: &'static str,
+        /// The operating system's message.
+        message: String,
+    },
+
+    /// A parameter outside the range the function accepts.
+    #[error("{what} = {value} is invalid: {reason}")]
+    InvalidArgument {
+        /// The parameter.
+        what: &'static str,
+        /// The value given.
+        value: String,
+        /// The accepted range.
+        reason: String,
+    },
+
+    /// The SVG timeline could not be drawn.
+    #[error("cannot draw the timeline: {message}")]
+    Plot {
+        /// What the plotting library reported.
+        message: String,
+    },
 }
 
 /// How much memory a device said it had when a reservation failed.

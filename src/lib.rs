@@ -47,6 +47,7 @@
 pub mod arena;
 pub mod caching;
 pub mod device;
+pub mod diag;
 pub mod dtype;
 pub mod error;
 pub mod ops;

@@ -176,9 +176,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             naive.last_loss,
             per_step(naive.steady_heap_allocs, naive.steady_steps),
             per_step(naive.steady_device_requests, naive.steady_steps),
-            naive.model.peak_segments,
-            naive.model.peak_reserved_bytes,
-            naive.model.peak_allocated_bytes,
+            naive.model.segment.peak,
+            naive.model.reserved_bytes.peak,
+            naive.model.allocated_bytes.peak,
         );
         println!(
             "step rate, arena / naive: {:.2}x",

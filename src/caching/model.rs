@@ -1,47 +1,17 @@
 //! The allocator model: pools, segments, best fit, split, merge, retry.
+//!
+//! The structure follows `DeviceCachingAllocator::malloc` and `free` in
+//! torch_npu's `NPUCachingAllocator.cpp` step by step, so that a reader can
+//! hold the two side by side; the release paths live in `release.rs` and
+//! expandable segments in `expand.rs`.
 
-use std::collections::BTreeSet;
-
-use super::rules::{K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, allocation_size, round_size};
-
-/// Settings of the modelled allocator (`PYTORCH_NPU_ALLOC_CONF`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CachingConfig {
-    /// Device memory available to the allocator; `None` is unlimited.
-    pub capacity: Option<u64>,
-    /// `max_split_size_mb` in bytes: cached blocks at least this large are
-    /// never split, and only serve requests of similar size.
-    pub max_split_size: Option<u64>,
-}
-
-/// Counters named as in `torch.npu.memory_stats()`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CachingStats {
-    /// Bytes in blocks handed out (rounded sizes), now.
-    pub allocated_bytes: u64,
-    /// Highest `allocated_bytes`.
-    pub peak_allocated_bytes: u64,
-    /// Bytes the caller asked for, now.
-    pub requested_bytes: u64,
-    /// Bytes of segments obtained from the device, now.
-    pub reserved_bytes: u64,
-    /// Highest `reserved_bytes`.
-    pub peak_reserved_bytes: u64,
-    /// Segments held now.
-    pub segments: u64,
-    /// Highest `segments`.
-    pub peak_segments: u64,
-    /// Blocks handed out now.
-    pub allocations: u64,
-    /// Device allocation calls (`aclrtMalloc`), in total.
-    pub device_mallocs: u64,
-    /// Device free calls (`aclrtFree`), in total.
-    pub device_frees: u64,
-    /// Allocations that only succeeded after freeing every cached block.
-    pub num_alloc_retries: u64,
-    /// Allocations that failed.
-    pub num_ooms: u64,
-}
+use super::block::{Block, Blocks, NONE, Pool};
+use super::config::CachingConfig;
+use super::expand::ExpandableSegment;
+use super::rules::{K_ALIGN_ROUND_LARGE, K_MIN_BLOCK_SIZE, K_ROUND_LARGE, K_SMALL_SIZE};
+use super::rules::{allocation_size, is_small, round_size};
+use super::stats::CachingStats;
+use crate::units::format_bytes;
 
 /// A block handed out by [`CachingAllocator::malloc`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,66 +20,105 @@ pub struct BlockId {
     generation: u32,
 }
 
-/// Why an allocation failed.
+/// Why an allocation failed: torch's "NPU out of memory" error, with the
+/// figures its message carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutOfMemory {
     /// Bytes asked for.
     pub requested: u64,
-    /// Segment size the allocator tried to obtain.
+    /// The rounded block size.
+    pub size: u64,
+    /// Segment size the allocator tried to obtain ("Tried to allocate").
     pub segment: u64,
     /// Bytes allocated when it failed.
     pub allocated: u64,
-    /// Bytes reserved when it failed.
+    /// Bytes reserved when it failed, after releasing the cache.
     pub reserved: u64,
+    /// The device capacity.
+    pub capacity: Option<u64>,
 }
 
-const NONE: u32 = u32::MAX;
-
-#[derive(Debug, Clone)]
-struct Block {
-    addr: u64,
-    size: u64,
-    requested: u64,
-    allocated: bool,
-    small: bool,
-    prev: u32,
-    next: u32,
-    generation: u32,
-    in_use: bool,
-}
-
-impl Block {
-    fn is_split(&self) -> bool {
-        self.prev != NONE || self.next != NONE
+impl std::fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "NPU out of memory. Tried to allocate {} (",
+            format_bytes(self.segment)
+        )?;
+        if let Some(cap) = self.capacity {
+            write!(f, "{} total capacity; ", format_bytes(cap))?;
+        }
+        write!(
+            f,
+            "{} already allocated; {} reserved in total by the model)",
+            format_bytes(self.allocated),
+            format_bytes(self.reserved)
+        )
     }
 }
 
-/// A model of the PyTorch / torch_npu caching allocator for one stream:
-/// requests rounded to 512 bytes (plus the 32-byte ACL pad), small
-/// (<= 1 MiB) and large pools, 2 MiB and 20 MiB segments, large requests
-/// rounded to 2 MiB, best fit over size-ordered free blocks, splitting by
-/// the pool's rule, merging freed neighbours, and on failure freeing cached
-/// segments and retrying.
+impl std::error::Error for OutOfMemory {}
+
+/// A model of the torch_npu (and PyTorch) caching allocator.
+///
+/// Requests are rounded to 512 bytes after the 32-byte ACL pad; blocks up
+/// to 1 MiB come from the small pool (2 MiB segments), larger ones from the
+/// large pool (20 MiB segments for requests up to 10 MiB, else the request
+/// rounded to 2 MiB). A request takes the best-fitting cached block of its
+/// stream and pool (smallest size, then lowest address), split when the
+/// pool's rule allows (small: at least 512 bytes remain; large: the request
+/// is below `max_split_size` and more than 1 MiB remains). Freed blocks
+/// merge with free neighbours. When no cached block fits and the device
+/// refuses a new segment, the allocator frees oversize cached segments
+/// (with `max_split_size`), then every unsplit cached segment, and retries
+/// once; then it reports out of memory. With expandable segments, each pool
+/// and stream has one segment that grows by mapping pages.
+///
+/// Addresses are modelled: segments are laid out from 0 upwards, 2 MiB
+/// aligned. Not modelled: events from `record_stream` (a freed block is
+/// reusable at once), the garbage collector (it needs a memory fraction),
+/// graph pools and the 1 GiB page option of newer torch_npu.
+///
+/// ```
+/// use tensor_arena::caching::{CachingAllocator, CachingConfig};
+/// const MIB: u64 = 1 << 20;
+/// let mut a = CachingAllocator::new(CachingConfig::default());
+/// let x = a.malloc(3 * MIB)?; // a 20 MiB segment, split
+/// let y = a.malloc(3 * MIB)?; // the rest of it
+/// assert_eq!(a.stats().segment.current, 1);
+/// assert_eq!(a.stats().reserved_bytes.current, 20 * MIB);
+/// a.free(x);
+/// a.free(y);
+/// assert_eq!(a.stats().allocated_bytes.current, 0);
+/// # Ok::<(), tensor_arena::caching::OutOfMemory>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct CachingAllocator {
-    config: CachingConfig,
-    blocks: Vec<Block>,
-    vacant: Vec<u32>,
-    // Free blocks as (size, addr, index): the first one at or above a size
-    // is the best fit, ties broken by address as in PyTorch.
-    small_free: BTreeSet<(u64, u64, u32)>,
-    large_free: BTreeSet<(u64, u64, u32)>,
-    next_addr: u64,
-    stats: CachingStats,
+    pub(super) config: CachingConfig,
+    pub(super) blocks: Blocks,
+    pub(super) small: Pool,
+    pub(super) large: Pool,
+    pub(super) expandable: Vec<ExpandableSegment>,
+    pub(super) next_addr: u64,
+    pub(super) stats: CachingStats,
+    /// Contiguous mapped ranges of expandable segments (what a snapshot
+    /// lists as their segments).
+    pub(super) mapped_ranges: u64,
 }
 
 impl CachingAllocator {
-    /// An empty allocator.
+    /// An empty allocator. The config is taken as given; check user input
+    /// with [`CachingConfig::validate`] first.
     pub fn new(config: CachingConfig) -> CachingAllocator {
         CachingAllocator {
             config,
             ..CachingAllocator::default()
         }
+    }
+
+    /// The settings this allocator runs with.
+    pub fn config(&self) -> &CachingConfig {
+        &self.config
     }
 
     /// Counters as of now.
@@ -120,12 +129,20 @@ impl CachingAllocator {
     /// Bytes in free blocks that are part of a split segment: cached memory
     /// that cannot be returned to the device (`inactive_split_bytes`).
     pub fn inactive_split_bytes(&self) -> u64 {
-        self.small_free
-            .iter()
-            .chain(self.large_free.iter())
-            .filter(|&&(_, _, i)| self.blocks[i as usize].is_split())
-            .map(|&(size, _, _)| size)
-            .sum()
+        self.stats.inactive_split_bytes.current
+    }
+
+    /// Segments as a memory snapshot lists them: `aclrtMalloc` segments
+    /// plus each contiguous mapped range of an expandable segment.
+    pub fn segment_count(&self) -> u64 {
+        self.stats.segment.current + self.mapped_ranges
+    }
+
+    /// The largest cached free block, in bytes: the biggest request that
+    /// can be served without asking the device.
+    pub fn largest_free_block(&self) -> u64 {
+        let last = |p: &Pool| p.blocks.iter().map(|k| k.1).max().unwrap_or(0);
+        last(&self.small).max(last(&self.large))
     }
 
     /// Address of a live block (addresses are modelled, starting at 0).
@@ -133,65 +150,53 @@ impl CachingAllocator {
         self.get(id).map(|b| b.addr)
     }
 
-    /// Allocates `requested` bytes.
+    /// Rounded size of a live block.
+    pub fn block_size(&self, id: BlockId) -> Option<u64> {
+        self.get(id).map(|b| b.size)
+    }
+
+    /// Allocates `requested` bytes on stream 0.
     pub fn malloc(&mut self, requested: u64) -> Result<BlockId, OutOfMemory> {
+        self.malloc_on(requested, 0)
+    }
+
+    /// Allocates `requested` bytes on `stream`. Freed blocks are reused only
+    /// by the stream that allocated them, as in torch.
+    pub fn malloc_on(&mut self, requested: u64, stream: u32) -> Result<BlockId, OutOfMemory> {
         let size = round_size(requested);
-        let small = size <= K_SMALL_SIZE;
-        let segment = allocation_size(size);
-        let found = self
-            .take_free_block(small, size)
-            .or_else(|| self.new_segment(small, segment))
-            .or_else(|| {
-                self.release_oversize(small, size)
-                    .then(|| self.new_segment(small, segment))
-                    .flatten()
-            })
-            .or_else(|| {
-                self.release_cached();
-                self.stats.num_alloc_retries += 1;
-                self.new_segment(small, segment)
-            });
-        let Some(index) = found else {
+        let small = is_small(size);
+        let alloc_size = allocation_size(size);
+        let mut found = self.get_free_block(small, stream, size);
+        if found.is_none() {
+            found = self.alloc_block(small, stream, size, alloc_size, false);
+            if found.is_none() && self.release_available_cached_blocks(small, stream, size) {
+                found = self.alloc_block(small, stream, size, alloc_size, false);
+            }
+        }
+        if found.is_none() {
+            self.release_cached_blocks();
+            found = self.alloc_block(small, stream, size, alloc_size, true);
+        }
+        let Some(mut index) = found else {
             self.stats.num_ooms += 1;
             return Err(OutOfMemory {
                 requested,
-                segment,
-                allocated: self.stats.allocated_bytes,
-                reserved: self.stats.reserved_bytes,
+                size,
+                segment: alloc_size,
+                allocated: self.stats.allocated_bytes.current,
+                reserved: self.stats.reserved_bytes.current,
+                capacity: self.config.capacity,
             });
         };
-        if self.should_split(index, size) {
-            let b = &self.blocks[index as usize];
-            let (addr, rest, next) = (b.addr + size, b.size - size, b.next);
-            let tail = self.new_block(Block {
-                addr,
-                size: rest,
-                requested: 0,
-                allocated: false,
-                small,
-                prev: index,
-                next,
-                generation: 0,
-                in_use: true,
-            });
-            if next != NONE {
-                self.blocks[next as usize].prev = tail;
-            }
-            let b = &mut self.blocks[index as usize];
-            b.next = tail;
-            b.size = size;
-            self.insert_free(tail);
+        if size >= K_ROUND_LARGE && self.config.expandable_segments {
+            index = self.align_large_block(index, size);
         }
-        let b = &mut self.blocks[index as usize];
-        b.allocated = true;
-        b.requested = requested;
-        let (block_size, generation) = (b.size, b.generation);
-        let s = &mut self.stats;
-        s.allocated_bytes += block_size;
-        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
-        s.requested_bytes += requested;
-        s.allocations += 1;
-        Ok(BlockId { index, generation })
+        let split = self.should_split(index, size);
+        let index = self.alloc_found_block(index, size, requested, split);
+        Ok(BlockId {
+            index,
+            generation: self.blocks[index].generation,
+        })
     }
 
     /// Frees a block, merging it with free neighbours. Returns `false` for a
@@ -200,266 +205,329 @@ impl CachingAllocator {
         let Some(b) = self.get(id) else {
             return false;
         };
-        let (size, requested) = (b.size, b.requested);
+        let size = b.size;
         let index = id.index;
-        let b = &mut self.blocks[index as usize];
+        let b = &mut self.blocks[index];
         b.allocated = false;
+        // A stale handle to this slot must not free it again.
         b.generation = b.generation.wrapping_add(1);
-        let s = &mut self.stats;
-        s.allocated_bytes -= size;
-        s.requested_bytes -= requested;
-        s.allocations -= 1;
-        for neighbour in [
-            self.blocks[index as usize].prev,
-            self.blocks[index as usize].next,
-        ] {
-            self.merge(index, neighbour);
+        self.stats.allocation.sub(1);
+        self.stats.allocated_bytes.sub(size);
+        if size >= self.max_split() {
+            self.stats.oversize_allocations.sub(1);
         }
-        self.insert_free(index);
+        self.free_block(index);
         true
     }
 
-    /// Frees every cached segment that is entirely free (`empty_cache()`).
+    /// Frees every cached segment that is entirely free, and unmaps the
+    /// free pages of expandable segments (`empty_cache()`).
     pub fn empty_cache(&mut self) {
-        self.release_cached();
+        self.release_cached_blocks();
     }
 
     fn get(&self, id: BlockId) -> Option<&Block> {
         self.blocks
-            .get(id.index as usize)
-            .filter(|b| b.in_use && b.allocated && b.generation == id.generation)
+            .get(id.index)
+            .filter(|b| b.allocated && b.generation == id.generation)
     }
 
-    fn pool(&mut self, small: bool) -> &mut BTreeSet<(u64, u64, u32)> {
+    pub(super) fn pool(&self, small: bool) -> &Pool {
+        if small { &self.small } else { &self.large }
+    }
+
+    pub(super) fn pool_mut(&mut self, small: bool) -> &mut Pool {
         if small {
-            &mut self.small_free
+            &mut self.small
         } else {
-            &mut self.large_free
+            &mut self.large
         }
     }
 
-    fn insert_free(&mut self, index: u32) {
-        let b = &self.blocks[index as usize];
-        let key = (b.size, b.addr, index);
-        let small = b.small;
-        self.pool(small).insert(key);
+    pub(super) fn insert_free(&mut self, index: u32) {
+        let b = &self.blocks[index];
+        let (key, small) = (b.size_key(index), b.small);
+        self.pool_mut(small).blocks.insert(key);
     }
 
-    fn remove_free(&mut self, index: u32) {
-        let b = &self.blocks[index as usize];
-        let key = (b.size, b.addr, index);
-        let small = b.small;
-        self.pool(small).remove(&key);
+    pub(super) fn remove_free(&mut self, index: u32) {
+        let b = &self.blocks[index];
+        let (key, small) = (b.size_key(index), b.small);
+        self.pool_mut(small).blocks.remove(&key);
     }
 
-    fn max_split(&self) -> u64 {
+    pub(super) fn insert_unmapped(&mut self, index: u32) {
+        let b = &self.blocks[index];
+        let (key, small) = (b.addr_key(index), b.small);
+        self.pool_mut(small).unmapped.insert(key);
+    }
+
+    pub(super) fn remove_unmapped(&mut self, index: u32) {
+        let b = &self.blocks[index];
+        let (key, small) = (b.addr_key(index), b.small);
+        self.pool_mut(small).unmapped.remove(&key);
+    }
+
+    pub(super) fn max_split(&self) -> u64 {
         self.config.max_split_size.unwrap_or(u64::MAX)
     }
 
-    /// Best fit: the smallest free block of at least `size`, unless the
-    /// max_split_size rules forbid it.
-    fn take_free_block(&mut self, small: bool, size: u64) -> Option<u32> {
+    /// Address space for a new segment or reservation, 2 MiB aligned.
+    pub(super) fn reserve_address(&mut self, bytes: u64) -> u64 {
+        let addr = self.next_addr.next_multiple_of(K_ROUND_LARGE);
+        self.next_addr = addr.saturating_add(bytes);
+        addr
+    }
+
+    /// `get_free_block`: best fit in the pool, under the max_split_size
+    /// rules; with expandable segments, a block whose growth room makes it
+    /// look larger gives way to a tighter one.
+    fn get_free_block(&mut self, small: bool, stream: u32, size: u64) -> Option<u32> {
+        let pool = self.pool(small);
+        let mut candidates = pool.blocks.range((stream, size, 0, 0)..);
+        let mut key = *candidates.next()?;
+        if key.0 != stream {
+            return None;
+        }
+        if self.blocks[key.3].is_expandable() {
+            let expandable_size = |i: u32| {
+                let b = &self.blocks[i];
+                let growth = match self.blocks.get(b.next) {
+                    Some(n) if !n.mapped => n.size,
+                    _ => 0,
+                };
+                b.size + growth
+            };
+            for next in candidates {
+                let keep_going = self.blocks[key.3].is_expandable()
+                    && next.0 == stream
+                    && expandable_size(next.3) < expandable_size(key.3);
+                if !keep_going {
+                    break;
+                }
+                key = *next;
+            }
+        }
         let max_split = self.max_split();
-        let &(found, _, index) = self.pool(small).range((size, 0, 0)..).next()?;
-        if size < max_split && found >= max_split {
+        // An oversize block does not serve a request below max_split_size,
+        // and serves larger requests only if it wastes less than 20 MiB.
+        if size < max_split && key.1 >= max_split {
             return None;
         }
-        if size >= max_split && found >= size + K_LARGE_BUFFER {
+        if size >= max_split && key.1 >= size.saturating_add(super::rules::K_LARGE_BUFFER) {
             return None;
         }
-        self.remove_free(index);
-        Some(index)
+        self.pool_mut(small).blocks.remove(&key);
+        Some(key.3)
     }
 
     fn should_split(&self, index: u32, size: u64) -> bool {
-        let b = &self.blocks[index as usize];
+        let b = &self.blocks[index];
         let remaining = b.size - size;
-        if b.small {
+        if b.small || self.config.expandable_segments {
             remaining >= K_MIN_BLOCK_SIZE
         } else {
             size < self.max_split() && remaining > K_SMALL_SIZE
         }
     }
 
-    fn new_segment(&mut self, small: bool, bytes: u64) -> Option<u32> {
+    /// `alloc_block`: a new segment from the device, or more pages of an
+    /// expandable one. Counts a retry when `retry` is set.
+    fn alloc_block(
+        &mut self,
+        small: bool,
+        stream: u32,
+        size: u64,
+        alloc_size: u64,
+        retry: bool,
+    ) -> Option<u32> {
+        if retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if self.config.expandable_segments {
+            return self.try_allocate_expandable_block(small, stream, size);
+        }
         if let Some(cap) = self.config.capacity
-            && self.stats.reserved_bytes + bytes > cap
+            && self.stats.reserved_bytes.current.saturating_add(alloc_size) > cap
         {
             return None;
         }
-        let addr = self.next_addr;
-        self.next_addr += bytes;
+        let addr = self.reserve_address(alloc_size);
         let s = &mut self.stats;
-        s.reserved_bytes += bytes;
-        s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
-        s.segments += 1;
-        s.peak_segments = s.peak_segments.max(s.segments);
-        s.device_mallocs += 1;
-        Some(self.new_block(Block {
+        s.segment.add(1);
+        s.reserved_bytes.add(alloc_size);
+        s.num_device_alloc += 1;
+        if alloc_size >= self.max_split() {
+            self.stats.oversize_segments.add(1);
+        }
+        Some(self.blocks.insert(Block {
             addr,
-            size: bytes,
+            size: alloc_size,
             requested: 0,
-            allocated: false,
+            stream,
             small,
+            allocated: false,
+            mapped: true,
+            expandable: NONE,
             prev: NONE,
             next: NONE,
             generation: 0,
-            in_use: true,
+            live: true,
         }))
     }
 
-    fn new_block(&mut self, block: Block) -> u32 {
-        match self.vacant.pop() {
-            Some(i) => {
-                let generation = self.blocks[i as usize].generation.wrapping_add(1);
-                self.blocks[i as usize] = Block {
-                    generation,
-                    ..block
-                };
-                i
-            }
-            None => {
-                self.blocks.push(block);
-                (self.blocks.len() - 1) as u32
-            }
+    /// With expandable segments, blocks of 2 MiB or more start on a 16 KiB
+    /// boundary: the bytes before it stay cached as a block of their own.
+    fn align_large_block(&mut self, index: u32, size: u64) -> u32 {
+        let b = &self.blocks[index];
+        let misalign = b.addr % K_ALIGN_ROUND_LARGE;
+        if misalign == 0 {
+            return index;
         }
+        let offset = K_ALIGN_ROUND_LARGE - misalign;
+        if offset + size > b.size {
+            return index;
+        }
+        let tail = Block {
+            addr: b.addr + offset,
+            size: b.size - offset,
+            requested: 0,
+            allocated: false,
+            prev: index,
+            ..b.clone()
+        };
+        let next = b.next;
+        let tail = self.blocks.insert(tail);
+        if next != NONE {
+            self.blocks[next].prev = tail;
+        }
+        let b = &mut self.blocks[index];
+        b.next = tail;
+        b.size = offset;
+        self.insert_free(index);
+        tail
     }
 
-    /// Merges free neighbour `other` into block `index`.
-    fn merge(&mut self, index: u32, other: u32) {
-        if other == NONE || self.blocks[other as usize].allocated {
-            return;
+    /// `alloc_found_block`: splits off the front of the found block when
+    /// `split`, marks it allocated and counts it.
+    fn alloc_found_block(&mut self, index: u32, size: u64, requested: u64, split: bool) -> u32 {
+        let b = &self.blocks[index];
+        let already_split = b.is_split();
+        let expandable = b.is_expandable();
+        let block = if split {
+            // The found block stays as the free remainder; the allocation
+            // is a new block in front of it.
+            let prev = b.prev;
+            let front = Block {
+                size,
+                prev,
+                next: index,
+                ..b.clone()
+            };
+            let front = self.blocks.insert(front);
+            if prev != NONE {
+                self.blocks[prev].next = front;
+            }
+            let rest = &mut self.blocks[index];
+            rest.prev = front;
+            rest.addr += size;
+            rest.size -= size;
+            let rest_size = rest.size;
+            self.insert_free(index);
+            if !expandable {
+                if already_split {
+                    self.stats.inactive_split_bytes.sub(size);
+                } else {
+                    self.stats.inactive_split_bytes.add(rest_size);
+                    self.stats.inactive_split.add(1);
+                }
+            }
+            front
+        } else {
+            if already_split && !expandable {
+                self.stats.inactive_split_bytes.sub(b.size);
+                self.stats.inactive_split.sub(1);
+            }
+            index
+        };
+        let b = &mut self.blocks[block];
+        b.allocated = true;
+        b.requested = requested;
+        let block_size = b.size;
+        let s = &mut self.stats;
+        s.allocation.add(1);
+        s.allocated_bytes.add(block_size);
+        s.active.add(1);
+        s.active_bytes.add(block_size);
+        s.requested_bytes.add(requested);
+        if block_size >= self.max_split() {
+            self.stats.oversize_allocations.add(1);
         }
-        self.remove_free(other);
-        let o = self.blocks[other as usize].clone();
-        let b = &mut self.blocks[index as usize];
-        if o.next == index {
-            b.addr = o.addr;
-            b.prev = o.prev;
-            if o.prev != NONE {
-                self.blocks[o.prev as usize].next = index;
+        block
+    }
+
+    /// `free_block`: merges with free neighbours and caches the result.
+    fn free_block(&mut self, index: u32) {
+        let b = &self.blocks[index];
+        let (original, requested) = (b.size, b.requested);
+        let neighbours = [b.prev, b.next];
+        let (mut net_count, mut net_bytes) = (0i64, 0i64);
+        for other in neighbours {
+            let subsumed = self.try_merge_blocks(index, other);
+            if subsumed > 0 {
+                net_count -= 1;
+                net_bytes -= subsumed as i64;
+            }
+        }
+        self.insert_free(index);
+        let b = &mut self.blocks[index];
+        b.requested = 0;
+        if b.is_split() {
+            net_count += 1;
+            net_bytes += b.size as i64;
+        }
+        // Fully free pages of expandable segments can always be returned,
+        // so torch leaves them out of inactive_split.
+        if !b.is_expandable() {
+            self.stats.inactive_split.update(net_count);
+            self.stats.inactive_split_bytes.update(net_bytes);
+        }
+        let s = &mut self.stats;
+        s.active.sub(1);
+        s.active_bytes.sub(original);
+        s.requested_bytes.sub(requested);
+    }
+
+    /// `try_merge_blocks`: folds the free neighbour `src` into `dst`, which
+    /// must not be in a pool set. Returns the bytes taken over, or 0.
+    pub(super) fn try_merge_blocks(&mut self, dst: u32, src: u32) -> u64 {
+        let Some(s) = self.blocks.get(src) else {
+            return 0;
+        };
+        if s.allocated || s.mapped != self.blocks[dst].mapped {
+            return 0;
+        }
+        let (s_addr, s_size, s_prev, s_next, s_mapped) = (s.addr, s.size, s.prev, s.next, s.mapped);
+        if s_mapped {
+            self.remove_free(src);
+        } else {
+            self.remove_unmapped(src);
+        }
+        if self.blocks[dst].prev == src {
+            let d = &mut self.blocks[dst];
+            d.addr = s_addr;
+            d.prev = s_prev;
+            if s_prev != NONE {
+                self.blocks[s_prev].next = dst;
             }
         } else {
-            b.next = o.next;
-            if o.next != NONE {
-                self.blocks[o.next as usize].prev = index;
+            self.blocks[dst].next = s_next;
+            if s_next != NONE {
+                self.blocks[s_next].prev = dst;
             }
         }
-        self.blocks[index as usize].size += o.size;
-        self.blocks[other as usize].in_use = false;
-        self.vacant.push(other);
-    }
-
-    fn release_segment(&mut self, index: u32) {
-        self.remove_free(index);
-        let size = self.blocks[index as usize].size;
-        self.blocks[index as usize].in_use = false;
-        self.vacant.push(index);
-        let s = &mut self.stats;
-        s.reserved_bytes -= size;
-        s.segments -= 1;
-        s.device_frees += 1;
-    }
-
-    /// With max_split_size set: frees oversize cached segments, the
-    /// smallest that covers the request or else the largest ones, as PyTorch
-    /// does before retrying.
-    fn release_oversize(&mut self, small: bool, size: u64) -> bool {
-        let max_split = self.max_split();
-        if max_split == u64::MAX {
-            return false;
-        }
-        let key = size.max(max_split);
-        let unsplit = |s: &Self, i: u32| !s.blocks[i as usize].is_split();
-        let pool: Vec<(u64, u64, u32)> = self.pool(small).iter().copied().collect();
-        if let Some(&(_, _, i)) = pool
-            .iter()
-            .find(|&&(sz, _, i)| sz >= key && unsplit(self, i))
-        {
-            self.release_segment(i);
-            return true;
-        }
-        let mut released = 0;
-        for &(sz, _, i) in pool.iter().rev() {
-            if released >= key || sz < max_split {
-                break;
-            }
-            if unsplit(self, i) {
-                released += sz;
-                self.release_segment(i);
-            }
-        }
-        released >= key
-    }
-
-    /// Frees every cached segment that is not split.
-    fn release_cached(&mut self) {
-        let whole: Vec<u32> = self
-            .small_free
-            .iter()
-            .chain(self.large_free.iter())
-            .map(|&(_, _, i)| i)
-            .filter(|&i| !self.blocks[i as usize].is_split())
-            .collect();
-        for i in whole {
-            self.release_segment(i);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    const MIB: u64 = 1 << 20;
-
-    #[test]
-    fn small_requests_share_a_2mib_segment() {
-        let mut a = CachingAllocator::default();
-        let x = a.malloc(1000).unwrap();
-        let y = a.malloc(1000).unwrap();
-        let s = a.stats();
-        assert_eq!(s.segments, 1);
-        assert_eq!(s.reserved_bytes, 2 * MIB);
-        assert_eq!(s.allocated_bytes, 2 * 1536, "1000 + 32 rounds to 1536");
-        assert_eq!(a.address(y), Some(1536));
-        assert!(a.free(x) && a.free(y));
-        assert!(!a.free(x), "double free is refused");
-        // Freed blocks merged back into one whole, unsplit segment.
-        assert_eq!(a.inactive_split_bytes(), 0);
-        assert_eq!(a.small_free.len(), 1);
-    }
-
-    #[test]
-    fn large_blocks_split_only_above_1mib_remaining() {
-        let mut a = CachingAllocator::default();
-        // 5 MiB -> 20 MiB segment, 15 MiB remains and is split off.
-        let x = a.malloc(5 * MIB).unwrap();
-        assert_eq!(a.stats().reserved_bytes, 20 * MIB);
-        let y = a.malloc(14 * MIB + MIB / 2).unwrap();
-        // 15 MiB - (14.5 MiB + 512) < 1 MiB: not split, the block is handed out whole.
-        assert_eq!(a.stats().segments, 1);
-        assert_eq!(a.stats().allocated_bytes, 20 * MIB);
-        a.free(x);
-        a.free(y);
-        assert_eq!(a.stats().allocated_bytes, 0);
-    }
-
-    #[test]
-    fn oom_after_retry_at_capacity() {
-        let mut a = CachingAllocator::new(CachingConfig {
-            capacity: Some(40 * MIB),
-            ..CachingConfig::default()
-        });
-        let x = a.malloc(12 * MIB).unwrap(); // 12 MiB + pad -> 14 MiB segment
-        let _y = a.malloc(12 * MIB).unwrap();
-        a.free(x);
-        // 20 MiB does not fit in the cached 14 MiB block nor in the 12 MiB
-        // left: the cache is emptied, then the retry succeeds.
-        let z = a.malloc(20 * MIB);
-        assert!(z.is_ok());
-        assert_eq!(a.stats().num_alloc_retries, 1);
-        let w = a.malloc(20 * MIB);
-        assert!(w.is_err());
-        assert_eq!(a.stats().num_ooms, 1);
+        self.blocks[dst].size += s_size;
+        self.blocks.remove(src);
+        s_size
     }
 }

@@ -3,6 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod replay;
+
 /// Command-line tools of tensor-arena.
 #[derive(Debug, Parser)]
 #[command(name = "tensor-arena", version, about)]
@@ -12,9 +14,16 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Replay an allocation trace through the caching-allocator model and
+    /// the planner (fragmentation diagnostics).
+    Replay(replay::ReplayArgs),
+}
 
 /// Runs the chosen subcommand.
 pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    match cli.command {}
+    match cli.command {
+        Command::Replay(args) => replay::run(args)?,
+    }
+    Ok(())
 }

@@ -1,0 +1,327 @@
+//! An allocation trace: a sequence of alloc and free events, each
+//! allocation with its size, stream and the event indices that bound its
+//! life.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use serde::Serialize;
+
+/// One allocation of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Allocation {
+    /// Bytes requested.
+    pub size: u64,
+    /// Stream it was allocated on (dense numbering from 0).
+    pub stream: u32,
+    /// Index of its alloc event in [`Trace::events`].
+    pub alloc_at: usize,
+    /// Index of its free event, or `None` if it is still live at the end.
+    pub free_at: Option<usize>,
+}
+
+/// One event of a trace; the payload is an index into
+/// [`Trace::allocations`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum TraceEvent {
+    /// The allocation is made.
+    Alloc(usize),
+    /// The allocation is freed (and its memory reusable).
+    Free(usize),
+}
+
+/// Reserved memory as the recording allocator reported it (from a memory
+/// snapshot's segment events), to compare with the model.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Recorded {
+    /// Reserved bytes before the first event (segments made before the
+    /// recording started).
+    pub initial_reserved: u64,
+    /// `(event index, reserved bytes)` after each segment event; the event
+    /// index is the number of alloc/free events before it.
+    pub reserved: Vec<(usize, u64)>,
+    /// Out-of-memory entries in the recording.
+    pub ooms: usize,
+}
+
+impl Recorded {
+    /// The reserved-bytes curve: `(0, initial_reserved)` then every change.
+    pub fn curve(&self) -> Vec<(usize, u64)> {
+        std::iter::once((0, self.initial_reserved))
+            .chain(self.reserved.iter().copied())
+            .collect()
+    }
+}
+
+/// A sequence of alloc / free events, checked: every free matches a live
+/// allocation.
+///
+/// ```
+/// use tensor_arena::diag::{Trace, TraceEvent};
+/// let t = Trace::from_csv("demo", "alloc,a,4096\nalloc,b,100\nfree,a\n")?;
+/// assert_eq!(t.events().len(), 3);
+/// assert_eq!(t.allocations()[0].free_at, Some(2));
+/// assert_eq!(t.allocations()[1].free_at, None);
+/// assert_eq!(t.events()[2], TraceEvent::Free(0));
+/// # Ok::<(), tensor_arena::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Trace {
+    pub(super) name: String,
+    pub(super) allocations: Vec<Allocation>,
+    pub(super) events: Vec<TraceEvent>,
+    /// Allocations that existed before the recording started (freed in it,
+    /// or listed live in the snapshot's segments).
+    pub(super) preexisting: usize,
+    pub(super) recorded: Option<Recorded>,
+}
+
+impl Trace {
+    /// Name of the trace (its file name, or a description).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every allocation, in the order of their alloc events.
+    pub fn allocations(&self) -> &[Allocation] {
+        &self.allocations
+    }
+
+    /// The events in order.
+    pub fn events(&self) -> &[TraceEvent] {
+        &self.events
+    }
+
+    /// How many allocations were made before the recording started; they
+    /// are placed at the start of the trace.
+    pub fn preexisting(&self) -> usize {
+        self.preexisting
+    }
+
+    /// What the recording allocator reported, when the trace came from a
+    /// memory snapshot with segment events.
+    pub fn recorded(&self) -> Option<&Recorded> {
+        self.recorded.as_ref()
+    }
+
+    /// Number of distinct streams.
+    pub fn streams(&self) -> u32 {
+        self.allocations
+            .iter()
+            .map(|a| a.stream + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The largest total of requested bytes live at once.
+    pub fn peak_live_bytes(&self) -> u64 {
+        let (mut live, mut peak) = (0u64, 0u64);
+        for e in &self.events {
+            match *e {
+                TraceEvent::Alloc(i) => {
+                    live += self.allocations[i].size;
+                    peak = peak.max(live);
+                }
+                TraceEvent::Free(i) => live -= self.allocations[i].size,
+            }
+        }
+        peak
+    }
+
+    /// The trace in the CSV event format (`alloc,ID,SIZE,STREAM` /
+    /// `free,ID`), with allocation indices as ids.
+    pub fn to_csv(&self) -> String {
+        use std::fmt::Write;
+        let mut out = format!("# {}\n", self.name);
+        for e in &self.events {
+            // Writing to a String cannot fail.
+            let _ = match *e {
+                TraceEvent::Alloc(i) => {
+                    let a = &self.allocations[i];
+                    writeln!(out, "alloc,{i},{},{}", a.size, a.stream)
+                }
+                TraceEvent::Free(i) => writeln!(out, "free,{i}"),
+            };
+        }
+        out
+    }
+}
+
+/// Builds a [`Trace`] from events keyed by any id (a name, an address).
+#[derive(Debug)]
+pub struct TraceBuilder<K> {
+    name: String,
+    live: HashMap<K, usize>,
+    allocations: Vec<Allocation>,
+    events: Vec<TraceEvent>,
+    /// Allocations found to predate the recording, to be put first.
+    early: Vec<usize>,
+    recorded: Option<Recorded>,
+}
+
+impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
+    /// An empty trace called `name`.
+    pub fn new(name: &str) -> TraceBuilder<K> {
+        TraceBuilder {
+            name: name.to_owned(),
+            live: HashMap::new(),
+            allocations: Vec::new(),
+            events: Vec::new(),
+            early: Vec::new(),
+            recorded: None,
+        }
+    }
+
+    /// Records an allocation of `size` bytes under `key`. Fails if `key` is
+    /// live.
+    pub fn alloc(&mut self, key: K, size: u64, stream: u32) -> Result<(), String> {
+        if self.live.contains_key(&key) {
+            return Err(format!("id {key} is allocated again before it is freed"));
+        }
+        let i = self.allocations.len();
+        self.allocations.push(Allocation {
+            size,
+            stream,
+            alloc_at: 0,
+            free_at: None,
+        });
+        self.live.insert(key, i);
+        self.events.push(TraceEvent::Alloc(i));
+        Ok(())
+    }
+
+    /// Records the free of `key`. Fails if `key` is not live.
+    pub fn free(&mut self, key: &K) -> Result<(), String> {
+        let i = self
+            .live
+            .remove(key)
+            .ok_or_else(|| format!("free of id {key}, which is not allocated"))?;
+        self.events.push(TraceEvent::Free(i));
+        Ok(())
+    }
+
+    /// Records the free of `key`; if it is not live, it was allocated
+    /// before the recording started, so its allocation is put at the start
+    /// of the trace.
+    pub fn free_or_adopt(&mut self, key: &K, size: u64, stream: u32) {
+        let i = self.live.remove(key).unwrap_or_else(|| {
+            self.allocations.push(Allocation {
+                size,
+                stream,
+                alloc_at: 0,
+                free_at: None,
+            });
+            self.early.push(self.allocations.len() - 1);
+            self.allocations.len() - 1
+        });
+        self.events.push(TraceEvent::Free(i));
+    }
+
+    /// Whether `key` is live now.
+    pub fn is_live(&self, key: &K) -> bool {
+        self.live.contains_key(key)
+    }
+
+    /// Adds an allocation made before the recording and never freed in it.
+    pub fn adopt_live(&mut self, size: u64, stream: u32) {
+        self.allocations.push(Allocation {
+            size,
+            stream,
+            alloc_at: 0,
+            free_at: None,
+        });
+        self.early.push(self.allocations.len() - 1);
+    }
+
+    /// Number of events so far (the index the next event will have, not
+    /// counting adopted allocations).
+    pub fn event_count(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Attaches what the recording allocator reported.
+    pub fn set_recorded(&mut self, recorded: Recorded) {
+        self.recorded = Some(recorded);
+    }
+
+    /// The finished trace; allocations still live stay live to the end.
+    pub fn finish(self) -> Trace {
+        let shift = self.early.len();
+        let mut events = Vec::with_capacity(shift + self.events.len());
+        events.extend(self.early.iter().map(|&i| TraceEvent::Alloc(i)));
+        events.extend(self.events);
+        // Number allocations in the order of their alloc events, so that
+        // adopted ones come first as their events do.
+        let mut order = vec![usize::MAX; self.allocations.len()];
+        let mut allocations = Vec::with_capacity(self.allocations.len());
+        for (at, e) in events.iter_mut().enumerate() {
+            match e {
+                TraceEvent::Alloc(i) => {
+                    order[*i] = allocations.len();
+                    allocations.push(Allocation {
+                        alloc_at: at,
+                        ..self.allocations[*i]
+                    });
+                    *i = order[*i];
+                }
+                TraceEvent::Free(i) => {
+                    *i = order[*i];
+                    allocations[*i].free_at = Some(at);
+                }
+            }
+        }
+        let recorded = self.recorded.map(|mut r| {
+            for (at, _) in &mut r.reserved {
+                *at += shift;
+            }
+            r
+        });
+        Trace {
+            name: self.name,
+            allocations,
+            events,
+            preexisting: shift,
+            recorded,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adopted_allocations_come_first() {
+        let mut b = TraceBuilder::<u64>::new("t");
+        b.alloc(1, 10, 0).unwrap();
+        b.free_or_adopt(&7, 30, 0); // allocated before the recording
+        b.free(&1).unwrap();
+        b.adopt_live(5, 1);
+        let t = b.finish();
+        assert_eq!(t.preexisting(), 2);
+        let sizes: Vec<u64> = t.allocations().iter().map(|a| a.size).collect();
+        assert_eq!(sizes, vec![30, 5, 10]);
+        assert_eq!(
+            t.events(),
+            &[
+                TraceEvent::Alloc(0),
+                TraceEvent::Alloc(1),
+                TraceEvent::Alloc(2),
+                TraceEvent::Free(0),
+                TraceEvent::Free(2)
+            ]
+        );
+        assert_eq!(t.allocations()[0].free_at, Some(3));
+        assert_eq!(t.allocations()[1].free_at, None);
+        assert_eq!(t.peak_live_bytes(), 45);
+        assert_eq!(t.streams(), 2);
+    }
+
+    #[test]
+    fn double_alloc_and_unknown_free_are_refused() {
+        let mut b = TraceBuilder::<&str>::new("t");
+        b.alloc("a", 1, 0).unwrap();
+        assert!(b.alloc("a", 1, 0).unwrap_err().contains("id a"));
+        assert!(b.free(&"b").unwrap_err().contains("id b"));
+    }
+}
