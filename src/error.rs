@@ -307,6 +307,26 @@ pub enum Error {
     #[error("{0}")]
     GuardViolation(Box<crate::arena::GuardViolation>),
 
+    /// A kernel was asked to run on an element type it does not support.
+    #[error("{op}: element type {dtype} is not supported; use f32, f16 or bf16")]
+    UnsupportedDType {
+        /// The op that was called.
+        op: &'static str,
+        /// The element type given.
+        dtype: DType,
+    },
+
+    /// Tiling parameters a device kernel cannot run with.
+    #[error("kernel tiling: {what} = {value} is invalid; {rule}")]
+    InvalidTiling {
+        /// The parameter.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// What it must satisfy.
+        rule: &'static str,
+    },
+
     /// An error reported by a device backend.
     #[error("device '{device}': {operation} failed: {message}")]
     Device {

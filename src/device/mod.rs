@@ -5,6 +5,7 @@
 //! length in the slab), not buffer specs, so the arena, leases and tests are
 //! the same on every backend. All `unsafe` of the crate is fenced here.
 
+pub mod ascend_abi;
 mod counting_alloc;
 pub(crate) mod cpu;
 mod host;

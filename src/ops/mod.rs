@@ -266,6 +266,8 @@ mod tests {
             (1234, 4, 63),
             (u64::MAX, 1 << 34, 4097),
             (5, 3, 1000),
+            // The stream position wraps past 2^64 inside the call.
+            (7, u64::MAX - 100, 1000),
         ] {
             let rng = RngState { seed, offset };
             let mut fast = vec![0f32; len];

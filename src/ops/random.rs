@@ -43,7 +43,10 @@ fn for_each_tile(
         let g = start.wrapping_add(pos as u64);
         let skip = (g % 4) as usize;
         let words = generate(g / 4);
-        let take = (TILE_WORDS - skip).min(n - pos);
+        // Positions wrap at 2^64 (back to block 0), so a tile must not run
+        // past u64::MAX into blocks no position maps to.
+        let to_wrap = usize::try_from(u64::MAX - g).map_or(usize::MAX, |w| w.saturating_add(1));
+        let take = (TILE_WORDS - skip).min(n - pos).min(to_wrap);
         f(pos, &words[skip..skip + take]);
         pos += take;
     }
@@ -117,7 +120,18 @@ mod tests {
 
     #[test]
     fn tiles_cover_every_element_once_in_order() {
-        for start in [0u64, 1, 3, 4, 63, 64, 65, u64::MAX - 270] {
+        for start in [
+            0u64,
+            1,
+            3,
+            4,
+            63,
+            64,
+            65,
+            u64::MAX - 270,
+            u64::MAX - 100,
+            u64::MAX,
+        ] {
             for n in [0usize, 1, 3, 63, 64, 65, 200] {
                 let mut seen = Vec::new();
                 for_each_tile(portable, 99, start, n, |pos, words| {

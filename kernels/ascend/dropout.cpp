@@ -1,0 +1,166 @@
+// Fused dropout, in place: with q = 1 - p and scale = 1 / q (float),
+// x[e] = u(offset + e) < q ? x[e] * scale : 0. The backward pass is the same
+// kernel run on the gradient with the forward's (seed, offset): it
+// regenerates the mask instead of storing it.
+#include "ta_common.h"
+
+namespace ta {
+
+template <typename T>
+class KernelDropout {
+public:
+    __aicore__ inline KernelDropout() {}
+
+    __aicore__ inline void Init(GM_ADDR x, float p, uint64_t seed, uint64_t offset, uint64_t totalLength,
+                                uint64_t blockLength, uint32_t tileLength)
+    {
+        range_ = OwnRange(totalLength, blockLength);
+        tile_ = TileOf(tileLength);
+        seed_ = seed;
+        first_ = offset + range_.start;
+        const float q = 1.0f - p;
+        scale_ = 1.0f / q;
+        threshold_ = StreamThreshold(q);
+        if (range_.length == 0) {
+            return;
+        }
+        xGm_.SetGlobalBuffer((__gm__ T *)x + range_.start, range_.length);
+        pipe_.InitBuffer(inQueue_, kBufferNum, tile_ * sizeof(T));
+        pipe_.InitBuffer(outQueue_, kBufferNum, tile_ * sizeof(T));
+        pipe_.InitBuffer(bitsBuf_, tile_ * sizeof(int32_t));
+        pipe_.InitBuffer(valueBuf_, tile_ * sizeof(float));
+        pipe_.InitBuffer(maskBuf_, tile_ / 8);
+        if constexpr (!IsSameType<T, float>::value) {
+            pipe_.InitBuffer(workBuf_, tile_ * sizeof(float));
+        }
+    }
+
+    __aicore__ inline void Process()
+    {
+        for (uint64_t done = 0; done < range_.length; done += tile_) {
+            const uint64_t left = range_.length - done;
+            const uint32_t n = left < tile_ ? static_cast<uint32_t>(left) : tile_;
+            CopyInTile(done, n);
+            Compute(done, n);
+            CopyOutTile(done, n);
+        }
+    }
+
+private:
+    __aicore__ inline void CopyInTile(uint64_t done, uint32_t n)
+    {
+        LocalTensor<T> x = inQueue_.AllocTensor<T>();
+        CopyIn(x, xGm_[done], n);
+        inQueue_.EnQue(x);
+    }
+
+    __aicore__ inline void Compute(uint64_t done, uint32_t n)
+    {
+        const uint32_t m = AlignUp(n, kAlign);
+        LocalTensor<int32_t> bits = bitsBuf_.Get<int32_t>();
+        LocalTensor<float> value = valueBuf_.Get<float>();
+        LocalTensor<uint8_t> mask = maskBuf_.Get<uint8_t>();
+        VectorToScalar();
+        FillStreamBits(bits, n, seed_, first_ + done);
+        ScalarToVector();
+        Cast(value, bits, RoundMode::CAST_NONE, m);
+        PipeBarrier<PIPE_V>();
+        Compares(mask, value, threshold_, CMPMODE::LT, m);
+        PipeBarrier<PIPE_V>();
+        LocalTensor<T> x = inQueue_.DeQue<T>();
+        LocalTensor<T> y = outQueue_.AllocTensor<T>();
+        if constexpr (IsSameType<T, float>::value) {
+            Muls(y, x, scale_, m);
+            PipeBarrier<PIPE_V>();
+            Select(y, mask, y, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
+        } else {
+            LocalTensor<float> work = workBuf_.Get<float>();
+            Widen(work, x, m);
+            PipeBarrier<PIPE_V>();
+            Muls(work, work, scale_, m);
+            PipeBarrier<PIPE_V>();
+            Select(work, mask, work, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
+            PipeBarrier<PIPE_V>();
+            Narrow(y, work, m);
+        }
+        outQueue_.EnQue(y);
+        inQueue_.FreeTensor(x);
+    }
+
+    __aicore__ inline void CopyOutTile(uint64_t done, uint32_t n)
+    {
+        LocalTensor<T> y = outQueue_.DeQue<T>();
+        CopyOut(xGm_[done], y, n);
+        outQueue_.FreeTensor(y);
+    }
+
+    TPipe pipe_;
+    TQue<QuePosition::VECIN, kBufferNum> inQueue_;
+    TQue<QuePosition::VECOUT, kBufferNum> outQueue_;
+    TBuf<TPosition::VECCALC> bitsBuf_;
+    TBuf<TPosition::VECCALC> valueBuf_;
+    TBuf<TPosition::VECCALC> maskBuf_;
+    TBuf<TPosition::VECCALC> workBuf_;
+    GlobalTensor<T> xGm_;
+    CoreRange range_;
+    uint32_t tile_;
+    uint64_t seed_;
+    uint64_t first_;
+    float scale_;
+    float threshold_;
+};
+
+template <typename T>
+__aicore__ inline void RunDropout(GM_ADDR x, float p, uint64_t seed, uint64_t offset, uint64_t totalLength,
+                                  uint64_t blockLength, uint32_t tileLength)
+{
+    KernelDropout<T> op;
+    op.Init(x, p, seed, offset, totalLength, blockLength, tileLength);
+    op.Process();
+}
+
+} // namespace ta
+
+// Forward: x is the activation.
+extern "C" __global__ __aicore__ void ta_dropout_f32(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
+                                                     uint64_t totalLength, uint64_t blockLength,
+                                                     uint32_t tileLength)
+{
+    ta::RunDropout<float>(x, p, seed, offset, totalLength, blockLength, tileLength);
+}
+
+extern "C" __global__ __aicore__ void ta_dropout_f16(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
+                                                     uint64_t totalLength, uint64_t blockLength,
+                                                     uint32_t tileLength)
+{
+    ta::RunDropout<half>(x, p, seed, offset, totalLength, blockLength, tileLength);
+}
+
+extern "C" __global__ __aicore__ void ta_dropout_bf16(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
+                                                      uint64_t totalLength, uint64_t blockLength,
+                                                      uint32_t tileLength)
+{
+    ta::RunDropout<bfloat16_t>(x, p, seed, offset, totalLength, blockLength, tileLength);
+}
+
+// Backward: grad is the incoming gradient; pass the forward's seed and offset.
+extern "C" __global__ __aicore__ void ta_dropout_backward_f32(GM_ADDR grad, float p, uint64_t seed,
+                                                              uint64_t offset, uint64_t totalLength,
+                                                              uint64_t blockLength, uint32_t tileLength)
+{
+    ta::RunDropout<float>(grad, p, seed, offset, totalLength, blockLength, tileLength);
+}
+
+extern "C" __global__ __aicore__ void ta_dropout_backward_f16(GM_ADDR grad, float p, uint64_t seed,
+                                                              uint64_t offset, uint64_t totalLength,
+                                                              uint64_t blockLength, uint32_t tileLength)
+{
+    ta::RunDropout<half>(grad, p, seed, offset, totalLength, blockLength, tileLength);
+}
+
+extern "C" __global__ __aicore__ void ta_dropout_backward_bf16(GM_ADDR grad, float p, uint64_t seed,
+                                                               uint64_t offset, uint64_t totalLength,
+                                                               uint64_t blockLength, uint32_t tileLength)
+{
+    ta::RunDropout<bfloat16_t>(grad, p, seed, offset, totalLength, blockLength, tileLength);
+}

@@ -1,0 +1,294 @@
+// Self-tests of the AscendC shim, built as their own shared library:
+//
+// - aclrtlaunch_ta_selftest(numBlocks, stream, x, rule, n): small kernels
+//   that each break one rule on purpose (see enum Rule), so the Rust tests
+//   can show every rule is caught;
+// - ta_shim_unit_tests: checks of the shim's instruction semantics (bit
+//   layouts, rounding, padding, block iteration) and of the kernels'
+//   Philox4x32-10 against the Random123 known-answer vectors;
+// - ta_shim_{half,bf16}_{to,from}_float: the shim's conversions, for an
+//   exhaustive comparison with the `half` crate.
+#include <cmath>
+#include <string>
+
+#include "kernel_operator.h"
+#include "ta_shim/exports.h"
+#include "ta_shim/launch.h"
+
+#include "ta_common.h"
+
+namespace selftest {
+
+using namespace AscendC;
+
+// Kept in step with tests/ascend_shim_rules.rs.
+enum Rule : uint32_t {
+    kShortDataCopy = 0,   // DataCopy of n floats with n * 4 not a multiple of 32
+    kMisalignedUb = 1,    // DataCopy into a tensor starting 12 bytes into a buffer
+    kUbOverflow = 2,      // queues larger than the UB
+    kFreeUnallocated = 3, // FreeTensor of a tensor the queue never handed out
+    kDoubleFree = 4,      // FreeTensor twice
+    kDeQueEmpty = 5,      // DeQue with nothing queued
+    kEnQueOverDepth = 6,  // EnQue beyond the queue depth
+    kAllocExhausted = 7,  // AllocTensor with every buffer in use
+    kUseAfterFree = 8,    // DataCopy into a freed tensor
+    kUseWhileQueued = 9,  // vector op on an EnQue'd tensor
+    kLeak = 10,           // tensor never freed
+    kCompareCount = 11,   // Compares on 100 floats (400 bytes)
+    kMissingSToV = 12,    // SetValue then a vector op, no S_V sync
+    kMissingVToS = 13,    // vector op then SetValue, no V_S sync
+    kCrossCore = 14,      // every block writes the whole output
+    kGmOutOfBounds = 15,  // DataCopy past the GlobalTensor's end
+    kWaitWithoutSet = 16, // WaitFlag with no SetFlag
+    kWrongPosition = 17,  // DataCopy GM->UB into a VECOUT tensor
+    kCorrect = 18,        // a well-formed mul_scalar by 2: no violation
+};
+
+constexpr uint32_t kTile = 256;
+
+// x[0, n) *= 2 with plain DataCopy, no tail handling: the classic bug.
+void ShortDataCopy(GM_ADDR x, uint64_t n)
+{
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 1> in;
+    TQue<QuePosition::VECOUT, 1> out;
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float *)x, n);
+    pipe.InitBuffer(in, 1, kTile * sizeof(float));
+    pipe.InitBuffer(out, 1, kTile * sizeof(float));
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, gm, static_cast<uint32_t>(n));
+    in.EnQue(a);
+    a = in.DeQue<float>();
+    LocalTensor<float> b = out.AllocTensor<float>();
+    Muls(b, a, 2.0f, static_cast<int32_t>(ta::AlignUp(static_cast<uint32_t>(n), ta::kAlign)));
+    out.EnQue(b);
+    in.FreeTensor(a);
+    b = out.DeQue<float>();
+    DataCopy(gm, b, static_cast<uint32_t>(n));
+    out.FreeTensor(b);
+}
+
+// The same with the tails handled (ta::CopyIn/CopyOut): the control case.
+void Correct(GM_ADDR x, uint64_t n)
+{
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 1> in;
+    TQue<QuePosition::VECOUT, 1> out;
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float *)x, n);
+    pipe.InitBuffer(in, 1, kTile * sizeof(float));
+    pipe.InitBuffer(out, 1, kTile * sizeof(float));
+    LocalTensor<float> a = in.AllocTensor<float>();
+    ta::CopyIn(a, gm, static_cast<uint32_t>(n));
+    in.EnQue(a);
+    a = in.DeQue<float>();
+    LocalTensor<float> b = out.AllocTensor<float>();
+    Muls(b, a, 2.0f, static_cast<int32_t>(ta::AlignUp(static_cast<uint32_t>(n), ta::kAlign)));
+    out.EnQue(b);
+    in.FreeTensor(a);
+    b = out.DeQue<float>();
+    ta::CopyOut(gm, b, static_cast<uint32_t>(n));
+    out.FreeTensor(b);
+}
+
+// x = x >= 0 ? x : 0 over n = 100 floats with one Compares of 400 bytes:
+// only the first 64 elements are compared, and the Select after it reads
+// mask bits that were never written for the rest.
+void CompareCount(GM_ADDR x, uint64_t n)
+{
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 1> in;
+    TQue<QuePosition::VECOUT, 1> out;
+    TBuf<TPosition::VECCALC> maskBuf;
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float *)x, n);
+    pipe.InitBuffer(in, 1, kTile * sizeof(float));
+    pipe.InitBuffer(out, 1, kTile * sizeof(float));
+    pipe.InitBuffer(maskBuf, kTile / 8);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    ta::CopyIn(a, gm, static_cast<uint32_t>(n));
+    in.EnQue(a);
+    a = in.DeQue<float>();
+    LocalTensor<uint8_t> mask = maskBuf.Get<uint8_t>();
+    Compares(mask, a, 0.0f, CMPMODE::GE, static_cast<uint32_t>(n));
+    LocalTensor<float> b = out.AllocTensor<float>();
+    Select(b, mask, a, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(n));
+    out.EnQue(b);
+    in.FreeTensor(a);
+    b = out.DeQue<float>();
+    ta::CopyOut(gm, b, static_cast<uint32_t>(n));
+    out.FreeTensor(b);
+}
+
+void QueueMisuse(uint32_t rule, GM_ADDR x, uint64_t n)
+{
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 1> in;
+    TQue<QuePosition::VECIN, 1> other;
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float *)x, n);
+    pipe.InitBuffer(in, 2, kTile * sizeof(float));
+    pipe.InitBuffer(other, 1, kTile * sizeof(float));
+    switch (rule) {
+    case kFreeUnallocated: {
+        LocalTensor<float> t = other.AllocTensor<float>();
+        in.FreeTensor(t);
+        break;
+    }
+    case kDoubleFree: {
+        LocalTensor<float> t = in.AllocTensor<float>();
+        in.FreeTensor(t);
+        in.FreeTensor(t);
+        break;
+    }
+    case kDeQueEmpty: {
+        LocalTensor<float> t = in.DeQue<float>();
+        in.FreeTensor(t);
+        break;
+    }
+    case kEnQueOverDepth: {
+        LocalTensor<float> t0 = in.AllocTensor<float>();
+        in.EnQue(t0);
+        LocalTensor<float> t1 = in.AllocTensor<float>();
+        in.EnQue(t1);
+        break;
+    }
+    case kAllocExhausted: {
+        in.AllocTensor<float>();
+        in.AllocTensor<float>();
+        in.AllocTensor<float>();
+        break;
+    }
+    case kUseAfterFree: {
+        LocalTensor<float> t = in.AllocTensor<float>();
+        in.FreeTensor(t);
+        DataCopy(t, gm, 8);
+        break;
+    }
+    case kUseWhileQueued: {
+        LocalTensor<float> t = in.AllocTensor<float>();
+        in.EnQue(t);
+        Duplicate(t, 1.0f, 64);
+        break;
+    }
+    case kLeak: {
+        LocalTensor<float> t = in.AllocTensor<float>();
+        DataCopy(t, gm, 8);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void Run(uint32_t rule, GM_ADDR x, uint64_t n)
+{
+    switch (rule) {
+    case kShortDataCopy:
+        ShortDataCopy(x, n);
+        return;
+    case kCorrect:
+        Correct(x, n);
+        return;
+    case kCompareCount:
+        CompareCount(x, n);
+        return;
+    case kMisalignedUb: {
+        TPipe pipe;
+        TQue<QuePosition::VECIN, 1> in;
+        GlobalTensor<float> gm;
+        gm.SetGlobalBuffer((__gm__ float *)x, n);
+        pipe.InitBuffer(in, 1, kTile * sizeof(float));
+        LocalTensor<float> t = in.AllocTensor<float>();
+        DataCopy(t[3], gm, 8);
+        in.FreeTensor(t);
+        return;
+    }
+    case kUbOverflow: {
+        TPipe pipe;
+        TQue<QuePosition::VECIN, 2> in;
+        TQue<QuePosition::VECOUT, 2> out;
+        pipe.InitBuffer(in, 2, 64 * 1024);
+        pipe.InitBuffer(out, 2, 64 * 1024);
+        return;
+    }
+    case kMissingSToV:
+    case kMissingVToS: {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> bitsBuf;
+        TBuf<TPosition::VECCALC> valueBuf;
+        pipe.InitBuffer(bitsBuf, 64 * sizeof(int32_t));
+        pipe.InitBuffer(valueBuf, 64 * sizeof(float));
+        LocalTensor<int32_t> bits = bitsBuf.Get<int32_t>();
+        LocalTensor<float> value = valueBuf.Get<float>();
+        if (rule == kMissingSToV) {
+            bits.SetValue(0, 1);
+            Cast(value, bits, RoundMode::CAST_NONE, 64);
+        } else {
+            Duplicate(bits, 0, 64);
+            bits.SetValue(0, 1);
+        }
+        return;
+    }
+    case kCrossCore: {
+        TPipe pipe;
+        TQue<QuePosition::VECOUT, 1> out;
+        GlobalTensor<float> gm;
+        gm.SetGlobalBuffer((__gm__ float *)x, n);
+        pipe.InitBuffer(out, 1, kTile * sizeof(float));
+        LocalTensor<float> t = out.AllocTensor<float>();
+        Duplicate(t, static_cast<float>(GetBlockIdx()), 64);
+        out.EnQue(t);
+        t = out.DeQue<float>();
+        ta::CopyOut(gm, t, static_cast<uint32_t>(n));
+        out.FreeTensor(t);
+        return;
+    }
+    case kGmOutOfBounds: {
+        TPipe pipe;
+        TQue<QuePosition::VECIN, 1> in;
+        GlobalTensor<float> gm;
+        gm.SetGlobalBuffer((__gm__ float *)x, n);
+        pipe.InitBuffer(in, 1, kTile * sizeof(float));
+        LocalTensor<float> t = in.AllocTensor<float>();
+        DataCopy(t, gm[n / 8 * 8], 64);
+        in.FreeTensor(t);
+        return;
+    }
+    case kWaitWithoutSet:
+        WaitFlag<HardEvent::MTE2_V>(0);
+        return;
+    case kWrongPosition: {
+        TPipe pipe;
+        TQue<QuePosition::VECOUT, 1> out;
+        GlobalTensor<float> gm;
+        gm.SetGlobalBuffer((__gm__ float *)x, n);
+        pipe.InitBuffer(out, 1, kTile * sizeof(float));
+        LocalTensor<float> t = out.AllocTensor<float>();
+        DataCopy(t, gm, 8);
+        out.FreeTensor(t);
+        return;
+    }
+    default:
+        QueueMisuse(rule, x, n);
+        return;
+    }
+}
+
+} // namespace selftest
+
+extern "C" TA_SHIM_EXPORT uint32_t aclrtlaunch_ta_selftest(uint32_t numBlocks, void *stream, void *x, uint32_t rule,
+                                                          uint64_t n)
+{
+    (void)stream;
+    return ta_shim::Launch("ta_selftest", numBlocks,
+                           [&] { selftest::Run(rule, static_cast<GM_ADDR>(x), n); });
+}
+
+extern "C" TA_SHIM_EXPORT float ta_shim_half_to_float(uint16_t h) { return ta_shim::HalfBitsToFloat(h); }
+extern "C" TA_SHIM_EXPORT uint16_t ta_shim_half_from_float(float f) { return ta_shim::FloatToHalfBits(f); }
+extern "C" TA_SHIM_EXPORT float ta_shim_bf16_to_float(uint16_t b) { return ta_shim::Bf16BitsToFloat(b); }
+extern "C" TA_SHIM_EXPORT uint16_t ta_shim_bf16_from_float(float f) { return ta_shim::FloatToBf16Bits(f); }
+
+#include "unit_tests.inc"

@@ -1,0 +1,99 @@
+// The launcher behind the aclrtlaunch_* entry points: runs a kernel body once
+// per block index, then checks what the blocks did to global memory.
+#ifndef TA_SHIM_LAUNCH_H
+#define TA_SHIM_LAUNCH_H
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "state.h"
+
+#if defined(__GNUC__)
+#define TA_SHIM_EXPORT __attribute__((visibility("default")))
+#else
+#define TA_SHIM_EXPORT
+#endif
+
+namespace ta_shim {
+
+// Blocks of one launch run one after another, so a race between cores shows
+// only as two blocks touching the same global bytes with at least one write.
+inline void CheckCrossCore(const char *kernel)
+{
+    std::vector<GmAccess> &acc = Core().accesses;
+    std::vector<GmAccess> writes;
+    for (const GmAccess &a : acc) {
+        if (a.write) {
+            writes.push_back(a);
+        }
+    }
+    std::sort(writes.begin(), writes.end(), [](const GmAccess &x, const GmAccess &y) { return x.lo < y.lo; });
+    // Longest write, to bound how far back an overlapping write can start.
+    uintptr_t longest = 0;
+    for (const GmAccess &w : writes) {
+        longest = std::max(longest, w.hi - w.lo);
+    }
+    for (const GmAccess &a : acc) {
+        auto it = std::lower_bound(writes.begin(), writes.end(), a.lo > longest ? a.lo - longest : 0,
+                                   [](const GmAccess &w, uintptr_t v) { return w.lo < v; });
+        for (; it != writes.end() && it->lo < a.hi; ++it) {
+            if (it->block != a.block && it->hi > a.lo) {
+                Violation(Severity::kRecorded, "cross-core",
+                          std::string(kernel) + ": block " + std::to_string(a.block) + " " +
+                              (a.write ? "writes" : "reads") + " global bytes that block " +
+                              std::to_string(it->block) +
+                              " writes; cores run concurrently on the device");
+                acc.clear();
+                return;
+            }
+        }
+    }
+    acc.clear();
+}
+
+// Runs `body` for block indices 0..numBlocks-1 and returns 0, or
+// kViolationCode when any rule was broken (the report says which), or
+// kParamInvalidCode for an invalid block count.
+template <typename Body>
+uint32_t Launch(const char *kernel, uint32_t numBlocks, Body &&body)
+{
+    CoreState &c = Core();
+    const uint64_t before = c.violations;
+    if (numBlocks == 0 || numBlocks > 65535) {
+        try {
+            Violation(Severity::kRecorded, "launch",
+                      std::string(kernel) + ": numBlocks " + std::to_string(numBlocks) +
+                          " must lie in [1, 65535]");
+        } catch (...) {
+        }
+        return kParamInvalidCode;
+    }
+    c.accesses.clear();
+    for (uint32_t b = 0; b < numBlocks; ++b) {
+        c.block_idx = b;
+        c.block_num = numBlocks;
+        c.flags.clear();
+        c.in_kernel = true;
+        bool stopped = false;
+        try {
+            ResetUb();
+            body();
+        } catch (const Fatal &) {
+            stopped = true;
+        }
+        c.in_kernel = false;
+        if (stopped) {
+            // An AI Core exception ends the whole kernel.
+            c.accesses.clear();
+            return kViolationCode;
+        }
+    }
+    CheckCrossCore(kernel);
+    return c.violations == before ? 0 : kViolationCode;
+}
+
+} // namespace ta_shim
+
+#endif // TA_SHIM_LAUNCH_H

@@ -1,0 +1,397 @@
+//! The AscendC kernels of `kernels/ascend/`, compiled unmodified against the
+//! CPU shim, against the host reference (`tensor_arena::ops`) bit for bit:
+//! every kernel, every element type, lengths 1 to 1,000,003, 1 to 20 cores,
+//! several tile lengths, seeds, offsets and probabilities.
+//!
+//! Needs a C++ compiler at build time (see build.rs); nothing here has run
+//! on an NPU.
+
+mod support;
+
+use std::fmt::Debug;
+
+use half::{bf16, f16};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use support::shim::{self, Shim};
+use tensor_arena::device::ascend_abi::{
+    DEFAULT_TILE_LENGTH, Tiling, dropout_backward_entry_point, entry_point,
+};
+use tensor_arena::ops::{self, Float, Kernel, RngState};
+
+const LENGTHS: [usize; 7] = [1, 31, 32, 255, 256, 4097, 1_000_003];
+const BLOCKS: [u32; 4] = [1, 2, 8, 20];
+/// Tile lengths for the shorter calls: the default (one tile per core) and
+/// small ones that give every core several tiles and a ragged last one.
+const SMALL_TILES: [u32; 3] = [DEFAULT_TILE_LENGTH, 64, 192];
+const LONG: usize = 1_000_003;
+
+const RNGS: [RngState; 5] = [
+    RngState { seed: 0, offset: 0 },
+    RngState {
+        seed: 1234,
+        offset: 0,
+    },
+    RngState {
+        seed: u64::MAX,
+        offset: 5,
+    },
+    RngState {
+        seed: 0xdead_beef_0123,
+        offset: (1 << 34) + 3,
+    },
+    // The stream position wraps past 2^64 inside the call.
+    RngState {
+        seed: 7,
+        offset: u64::MAX - 100,
+    },
+];
+
+/// Element types under test.
+trait Elem: Float + Debug {
+    fn from_f32(v: f32) -> Self;
+    fn bits(self) -> u32;
+}
+
+impl Elem for f32 {
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
+}
+
+impl Elem for f16 {
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    fn bits(self) -> u32 {
+        self.to_bits().into()
+    }
+}
+
+impl Elem for bf16 {
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn bits(self) -> u32 {
+        self.to_bits().into()
+    }
+}
+
+fn assert_same_bits<T: Elem>(got: &[T], want: &[T], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].bits() != want[i].bits()) {
+        panic!(
+            "{what}: element {i} of {} is {:?} ({:#x}), the host reference gives {:?} ({:#x})",
+            got.len(),
+            got[i],
+            got[i].bits(),
+            want[i],
+            want[i].bits()
+        );
+    }
+}
+
+/// Launch result and violations must both be clean.
+fn assert_clean(lib: &Shim, rc: u32, what: &str) {
+    assert_eq!(lib.violations(), 0, "{what}: {}", lib.report());
+    assert_eq!(rc, 0, "{what}: launch returned {rc}");
+}
+
+/// Values that exercise rounding, signs, zeros, infinities, NaN and
+/// subnormals of every element type.
+fn data<T: Elem>(len: usize, seed: u64, with_nan: bool) -> Vec<T> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..len)
+        .map(|i| {
+            let v = match i % 23 {
+                0 => 0.0,
+                1 => -0.0,
+                2 if with_nan => f32::NAN,
+                3 => f32::INFINITY,
+                4 => -f32::INFINITY,
+                5 => 1e-40,   // f32 subnormal
+                6 => 3e-6,    // f16 subnormal
+                7 => 60000.0, // near f16's largest finite
+                8 => -1.0e30,
+                _ => rng.random_range(-100.0f32..100.0) * rng.random_range(0.0f32..2.0),
+            };
+            T::from_f32(v)
+        })
+        .collect()
+}
+
+/// The tilings a call of `len` elements runs with: every block count, and
+/// for shorter calls every small tile length.
+fn tilings(len: usize) -> Vec<(u32, Tiling)> {
+    let tiles: &[u32] = if len >= LONG {
+        &[DEFAULT_TILE_LENGTH]
+    } else {
+        &SMALL_TILES
+    };
+    let mut out = Vec::new();
+    for &blocks in &BLOCKS {
+        for &tile in tiles {
+            let t = Tiling::new(len as u64, blocks)
+                .and_then(|t| t.with_tile_length(tile))
+                .unwrap();
+            // Launch all requested cores: the ones past the data must idle.
+            out.push((blocks, t));
+        }
+    }
+    out
+}
+
+/// (p, rng) pairs for a call of `len` elements: edge probabilities and
+/// every stream position for short calls, one pair for the long one.
+fn random_cases(len: usize, ps: &[f32]) -> Vec<(f32, RngState)> {
+    if len >= LONG {
+        return vec![(0.3, RNGS[3])];
+    }
+    let mut cases: Vec<(f32, RngState)> = ps
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (p, RNGS[i % RNGS.len()]))
+        .collect();
+    cases.extend(RNGS.iter().map(|&r| (0.5, r)));
+    cases
+}
+
+const BERNOULLI_PS: [f32; 8] = [
+    0.0,
+    1.0,
+    0.5,
+    1.0 / 16_777_216.0,       // 2^-24: only u = 0 draws a one
+    1.0 - 1.0 / 16_777_216.0, // largest f32 below 1
+    0.3,
+    1e-30,
+    0.7,
+];
+
+fn bernoulli_matches_host<T: Elem>() {
+    let lib = shim::kernels();
+    for len in LENGTHS {
+        for (p, rng) in random_cases(len, &BERNOULLI_PS) {
+            let kernel = Kernel::Bernoulli { p, rng };
+            let entry = entry_point(&kernel, T::DTYPE).unwrap();
+            let mut want = vec![T::from_f32(0.0); len];
+            ops::bernoulli(&mut want, p, rng).unwrap();
+            for (blocks, t) in tilings(len) {
+                // Stale contents must all be overwritten.
+                let mut got = vec![T::from_f32(7.0); len];
+                lib.reset();
+                let rc = lib.random(entry, blocks, &mut got, p, rng, &t);
+                let what = format!(
+                    "{entry} len {len} blocks {blocks} tile {} p {p} {rng:?}",
+                    t.tile_length
+                );
+                assert_clean(lib, rc, &what);
+                assert_same_bits(&got, &want, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn bernoulli_f32_matches_host() {
+    bernoulli_matches_host::<f32>();
+}
+
+#[test]
+fn bernoulli_f16_matches_host() {
+    bernoulli_matches_host::<f16>();
+}
+
+#[test]
+fn bernoulli_bf16_matches_host() {
+    bernoulli_matches_host::<bf16>();
+}
+
+#[test]
+fn bernoulli_reproduces_the_rng_md_check_value() {
+    // RNG.md: seed 1234, offset 0, p = 0.5, first 16 elements.
+    let lib = shim::kernels();
+    let mut got = vec![0f32; 16];
+    let t = Tiling::new(16, 2).unwrap();
+    lib.reset();
+    let rc = lib.random(
+        "ta_bernoulli_f32",
+        2,
+        &mut got,
+        0.5,
+        RngState::new(1234),
+        &t,
+    );
+    assert_clean(lib, rc, "check value");
+    let ones: Vec<u8> = got.iter().map(|&v| v as u8).collect();
+    assert_eq!(ones, [1, 0, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0]);
+}
+
+const DROPOUT_PS: [f32; 7] = [
+    0.0,
+    1.0,
+    0.5,
+    0.1,
+    1.0 / 16_777_216.0,
+    1.0 - 1.0 / 16_777_216.0,
+    0.9,
+];
+
+fn dropout_matches_host<T: Elem>() {
+    let lib = shim::kernels();
+    for len in LENGTHS {
+        let x: Vec<T> = data(len, len as u64, true);
+        let grad: Vec<T> = data(len, len as u64 + 1, true);
+        for (p, rng) in random_cases(len, &DROPOUT_PS) {
+            let kernel = Kernel::Dropout { p, rng };
+            let forward = entry_point(&kernel, T::DTYPE).unwrap();
+            let backward = dropout_backward_entry_point(T::DTYPE).unwrap();
+            let mut want_x = x.clone();
+            ops::dropout(&mut want_x, p, rng).unwrap();
+            let mut want_grad = grad.clone();
+            ops::dropout(&mut want_grad, p, rng).unwrap();
+            for (blocks, t) in tilings(len) {
+                let what = format!(
+                    "len {len} blocks {blocks} tile {} p {p} {rng:?}",
+                    t.tile_length
+                );
+                let mut got = x.clone();
+                lib.reset();
+                let rc = lib.random(forward, blocks, &mut got, p, rng, &t);
+                assert_clean(lib, rc, &format!("{forward} {what}"));
+                assert_same_bits(&got, &want_x, &format!("{forward} {what}"));
+                // The backward pass regenerates the forward's mask from the
+                // saved (seed, offset).
+                let mut got = grad.clone();
+                let rc = lib.random(backward, blocks, &mut got, p, rng, &t);
+                assert_clean(lib, rc, &format!("{backward} {what}"));
+                assert_same_bits(&got, &want_grad, &format!("{backward} {what}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn dropout_f32_forward_and_backward_match_host() {
+    dropout_matches_host::<f32>();
+}
+
+#[test]
+fn dropout_f16_forward_and_backward_match_host() {
+    dropout_matches_host::<f16>();
+}
+
+#[test]
+fn dropout_bf16_forward_and_backward_match_host() {
+    dropout_matches_host::<bf16>();
+}
+
+/// Masks with every kind of value: zeros of both signs count as zero, NaN
+/// and everything else as set.
+fn mask_data<T: Elem>(len: usize, seed: u64) -> Vec<T> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let kinds = [0.0, -0.0, 1.0, 0.5, f32::NAN, -2.0, f32::INFINITY, 1e-40];
+    (0..len)
+        .map(|_| T::from_f32(kinds[rng.random_range(0..kinds.len())]))
+        .collect()
+}
+
+fn elementwise_matches_host<T: Elem>() {
+    let lib = shim::kernels();
+    let scales = [2.0f32, 0.5, 1.0 / 0.9, -3.0, 0.0, f32::INFINITY, 3.0e38];
+    for len in LENGTHS {
+        let x: Vec<T> = data(len, 11 * len as u64, true);
+        // NaN in one operand only: which NaN a product of two NaNs keeps is
+        // not part of the contract.
+        let y: Vec<T> = data(len, 13 * len as u64 + 1, false);
+        let mask: Vec<T> = mask_data(len, 17 * len as u64);
+        let scale_set: &[f32] = if len >= LONG { &scales[..2] } else { &scales };
+        let mul_entry = entry_point(&Kernel::Mul, T::DTYPE).unwrap();
+        let mut want_mul = x.clone();
+        ops::mul(&mut want_mul, &y).unwrap();
+        for (blocks, t) in tilings(len) {
+            let what = format!(
+                "{mul_entry} len {len} blocks {blocks} tile {}",
+                t.tile_length
+            );
+            let mut got = x.clone();
+            lib.reset();
+            let rc = lib.mul(mul_entry, blocks, &mut got, &y, &t);
+            assert_clean(lib, rc, &what);
+            assert_same_bits(&got, &want_mul, &what);
+        }
+        for &s in scale_set {
+            let mask_entry = entry_point(&Kernel::ApplyMask { scale: s }, T::DTYPE).unwrap();
+            let scalar_entry = entry_point(&Kernel::MulScalar { s }, T::DTYPE).unwrap();
+            let mut want_mask = x.clone();
+            ops::apply_mask(&mut want_mask, &mask, s).unwrap();
+            let mut want_scalar = x.clone();
+            ops::mul_scalar(&mut want_scalar, s);
+            for (blocks, t) in tilings(len) {
+                let what = format!("len {len} blocks {blocks} tile {} scale {s}", t.tile_length);
+                let mut got = x.clone();
+                lib.reset();
+                let rc = lib.apply_mask(mask_entry, blocks, &mut got, &mask, s, &t);
+                assert_clean(lib, rc, &format!("{mask_entry} {what}"));
+                assert_same_bits(&got, &want_mask, &format!("{mask_entry} {what}"));
+                let mut got = x.clone();
+                let rc = lib.mul_scalar(scalar_entry, blocks, &mut got, s, &t);
+                assert_clean(lib, rc, &format!("{scalar_entry} {what}"));
+                assert_same_bits(&got, &want_scalar, &format!("{scalar_entry} {what}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn elementwise_f32_kernels_match_host() {
+    elementwise_matches_host::<f32>();
+}
+
+#[test]
+fn elementwise_f16_kernels_match_host() {
+    elementwise_matches_host::<f16>();
+}
+
+#[test]
+fn elementwise_bf16_kernels_match_host() {
+    elementwise_matches_host::<bf16>();
+}
+
+#[test]
+fn a_call_split_in_two_launches_equals_one_launch() {
+    // Element i reads stream element offset + i only, so two launches at
+    // offsets o and o + k give the bits of one launch of the whole range.
+    let lib = shim::kernels();
+    let rng = RngState {
+        seed: 99,
+        offset: 6,
+    };
+    let (len, k) = (5000usize, 1237usize);
+    let whole_t = Tiling::new(len as u64, 8).unwrap();
+    let mut whole = vec![0f32; len];
+    lib.reset();
+    let rc = lib.random("ta_bernoulli_f32", 8, &mut whole, 0.4, rng, &whole_t);
+    assert_clean(lib, rc, "whole");
+    let mut parts = vec![0f32; len];
+    let (a, b) = parts.split_at_mut(k);
+    let rc = lib.random(
+        "ta_bernoulli_f32",
+        3,
+        a,
+        0.4,
+        rng,
+        &Tiling::new(k as u64, 3).unwrap(),
+    );
+    assert_clean(lib, rc, "first part");
+    let second = RngState {
+        seed: rng.seed,
+        offset: rng.offset + k as u64,
+    };
+    let t = Tiling::new((len - k) as u64, 5).unwrap();
+    let rc = lib.random("ta_bernoulli_f32", 5, b, 0.4, second, &t);
+    assert_clean(lib, rc, "second part");
+    assert_same_bits(&parts, &whole, "split launches");
+}

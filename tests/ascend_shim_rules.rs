@@ -1,0 +1,358 @@
+//! The AscendC shim enforces the device's rules: each rule broken on purpose
+//! by a small kernel (kernels/shim/selftest/) is caught and reported, the
+//! shim's own semantics pass its C++ unit tests, its half/bfloat16
+//! conversions equal the `half` crate's bit for bit, and the Unified Buffer
+//! capacity is a working limit for the real kernels.
+
+mod support;
+
+use half::{bf16, f16};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use support::shim::{self, PARAM_INVALID, VIOLATION};
+use tensor_arena::DType;
+use tensor_arena::device::ascend_abi::{DEFAULT_TILE_LENGTH, Tiling, entry_point, ub_footprint};
+use tensor_arena::ops::{Kernel, RngState};
+
+// The self-test kernels, numbered as `enum Rule` in selftest_lib.cpp.
+const SHORT_DATACOPY: u32 = 0;
+const MISALIGNED_UB: u32 = 1;
+const UB_OVERFLOW: u32 = 2;
+const FREE_UNALLOCATED: u32 = 3;
+const DOUBLE_FREE: u32 = 4;
+const DEQUE_EMPTY: u32 = 5;
+const ENQUE_OVER_DEPTH: u32 = 6;
+const ALLOC_EXHAUSTED: u32 = 7;
+const USE_AFTER_FREE: u32 = 8;
+const USE_WHILE_QUEUED: u32 = 9;
+const LEAK: u32 = 10;
+const COMPARE_COUNT: u32 = 11;
+const MISSING_S_TO_V: u32 = 12;
+const MISSING_V_TO_S: u32 = 13;
+const CROSS_CORE: u32 = 14;
+const GM_OUT_OF_BOUNDS: u32 = 15;
+const WAIT_WITHOUT_SET: u32 = 16;
+const WRONG_POSITION: u32 = 17;
+const CORRECT: u32 = 18;
+
+/// Runs self-test kernel `rule` on `x` and returns (launch result, report).
+fn run_rule(rule: u32, blocks: u32, x: &mut [f32]) -> (u32, String) {
+    let lib = shim::selftest();
+    lib.reset();
+    let rc = lib.selftest_rule(blocks, x, rule);
+    (rc, lib.report())
+}
+
+fn ramp(n: usize) -> Vec<f32> {
+    (0..n).map(|i| i as f32 - 40.0).collect()
+}
+
+#[test]
+fn shim_unit_tests_pass() {
+    let lib = shim::selftest();
+    // SAFETY: `uint32_t ta_shim_unit_tests(char *buf, size_t cap)`.
+    let f: unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u32 =
+        unsafe { lib.function("ta_shim_unit_tests") };
+    let mut buf = vec![0u8; 1 << 16];
+    // SAFETY: buf holds buf.len() writable bytes.
+    let failures = unsafe { f(buf.as_mut_ptr().cast(), buf.len()) };
+    let report =
+        String::from_utf8_lossy(&buf[..buf.iter().position(|&b| b == 0).unwrap_or(0)]).into_owned();
+    println!("{report}");
+    assert_eq!(failures, 0, "{report}");
+    assert!(report.contains(" passed, 0 failed"), "{report}");
+}
+
+#[test]
+fn a_well_formed_kernel_records_nothing() {
+    let mut x = ramp(100);
+    let (rc, report) = run_rule(CORRECT, 1, &mut x);
+    assert_eq!((rc, report.as_str()), (0, ""));
+    assert_eq!(x, ramp(100).iter().map(|v| v * 2.0).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_short_datacopy_rounds_down_and_is_reported() {
+    // 100 floats = 400 bytes: DataCopy moves 384, so the last 4 elements are
+    // neither read nor written back.
+    let mut x = ramp(100);
+    let (rc, report) = run_rule(SHORT_DATACOPY, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("[datacopy-length]"), "{report}");
+    assert!(report.contains("400 bytes"), "{report}");
+    assert_eq!(report.matches("[datacopy-length]").count(), 2, "{report}");
+    let want: Vec<f32> = ramp(100).iter().map(|v| v * 2.0).collect();
+    assert_eq!(x[..96], want[..96]);
+    assert_eq!(x[96..], ramp(100)[96..], "the tail stays unscaled");
+    assert_ne!(x, want, "the forgotten tail shows as a wrong result");
+}
+
+#[test]
+fn a_misaligned_ub_operand_is_fatal() {
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(MISALIGNED_UB, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("[ub-alignment]"), "{report}");
+    assert!(report.contains("not a multiple of 32"), "{report}");
+    assert!(report.contains("fatal"), "{report}");
+    assert_eq!(x, ramp(64), "nothing was written");
+}
+
+#[test]
+fn queues_larger_than_the_ub_are_fatal() {
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(UB_OVERFLOW, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("[ub-capacity]"), "{report}");
+    assert!(report.contains("196608-byte Unified Buffer"), "{report}");
+}
+
+#[test]
+fn queue_misuse_is_fatal() {
+    let cases = [
+        (FREE_UNALLOCATED, "not allocated from this queue"),
+        (
+            DOUBLE_FREE,
+            "FreeTensor on VECIN queue #1: VECIN queue #1 buffer 0 is free",
+        ),
+        (DEQUE_EMPTY, "the queue is empty"),
+        (ENQUE_OVER_DEPTH, "already holds its depth of 1"),
+        (ALLOC_EXHAUSTED, "all 2 buffers are in use"),
+        (
+            USE_AFTER_FREE,
+            "DataCopy GM->UB: dst (VECIN queue #1 buffer 0) is free",
+        ),
+        (
+            USE_WHILE_QUEUED,
+            "Duplicate: dst (VECIN queue #1 buffer 0) is in its queue",
+        ),
+    ];
+    for (rule, needle) in cases {
+        let mut x = ramp(64);
+        let (rc, report) = run_rule(rule, 1, &mut x);
+        assert_eq!(rc, VIOLATION, "rule {rule}: {report}");
+        assert!(report.contains("[queue]"), "rule {rule}: {report}");
+        assert!(report.contains(needle), "rule {rule}: {report}");
+        assert!(report.contains("fatal"), "rule {rule}: {report}");
+    }
+}
+
+#[test]
+fn a_tensor_never_freed_is_reported_when_the_kernel_ends() {
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(LEAK, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(
+        report.contains("still allocated when the kernel ends"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_compare_not_covering_256_bytes_is_reported_and_truncated() {
+    // x = x >= 0 ? x : 0 on 100 floats, with one Compares over 400 bytes:
+    // only the first 64 elements are compared. The tail is negative, so
+    // selecting on mask bits that were never written keeps it negative.
+    let input: Vec<f32> = (0..100).map(|i| 40.0 - i as f32).collect();
+    let mut x = input.clone();
+    let (rc, report) = run_rule(COMPARE_COUNT, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("[compare-count]"), "{report}");
+    assert!(report.contains("only the first 64 elements"), "{report}");
+    let want: Vec<f32> = input.iter().map(|&v| v.max(0.0)).collect();
+    assert_eq!(x[..64], want[..64]);
+    assert_ne!(x[64..], want[64..], "the uncompared tail is wrong");
+}
+
+#[test]
+fn missing_scalar_vector_syncs_are_reported() {
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(MISSING_S_TO_V, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(
+        report.contains("[sync]") && report.contains("S_V"),
+        "{report}"
+    );
+    let (rc, report) = run_rule(MISSING_V_TO_S, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(
+        report.contains("[sync]") && report.contains("V_S"),
+        "{report}"
+    );
+    let (rc, report) = run_rule(WAIT_WITHOUT_SET, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("no matching SetFlag"), "{report}");
+}
+
+#[test]
+fn cores_writing_the_same_bytes_are_reported() {
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(CROSS_CORE, 4, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("[cross-core]"), "{report}");
+    // One core alone is fine.
+    let (rc, report) = run_rule(CROSS_CORE, 1, &mut x);
+    assert_eq!((rc, report.as_str()), (0, ""));
+}
+
+#[test]
+fn global_memory_out_of_bounds_is_fatal() {
+    let mut x = ramp(100);
+    let (rc, report) = run_rule(GM_OUT_OF_BOUNDS, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("[gm-bounds]"), "{report}");
+    assert!(report.contains("[96, 160)"), "{report}");
+}
+
+#[test]
+fn copies_into_the_ub_outside_a_vecin_queue_are_reported() {
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(WRONG_POSITION, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("[position]"), "{report}");
+}
+
+#[test]
+fn launches_need_at_least_one_block() {
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(CORRECT, 0, &mut x);
+    assert_eq!(rc, PARAM_INVALID, "{report}");
+    assert!(report.contains("[launch]"), "{report}");
+}
+
+#[test]
+fn the_ub_capacity_limits_the_real_kernels_exactly() {
+    // ub_footprint must equal what the kernels reserve: they run with
+    // exactly that much UB and fail with 32 bytes less.
+    let lib = shim::kernels();
+    let default = lib.ub_capacity();
+    let rng = RngState::new(3);
+    let kernels = [
+        Kernel::Bernoulli { p: 0.5, rng },
+        Kernel::Dropout { p: 0.5, rng },
+        Kernel::ApplyMask { scale: 2.0 },
+        Kernel::Mul,
+        Kernel::MulScalar { s: 2.0 },
+    ];
+    let len = 1000usize;
+    let t = Tiling::new(len as u64, 2).unwrap();
+    for k in kernels {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let entry = entry_point(&k, dtype).unwrap();
+            let need = ub_footprint(&k, dtype, DEFAULT_TILE_LENGTH).unwrap();
+            let need = u32::try_from(need).unwrap();
+            for (capacity, fits) in [(need, true), (need - 32, false)] {
+                lib.set_ub_capacity(capacity);
+                lib.reset();
+                // 4-byte elements cover every type's storage.
+                let mut x = vec![0f32; len];
+                let y = vec![1f32; len];
+                let rc = match (k, dtype) {
+                    (Kernel::Bernoulli { .. } | Kernel::Dropout { .. }, DType::F32) => {
+                        lib.random(entry, 2, &mut x, 0.5, rng, &t)
+                    }
+                    (Kernel::Bernoulli { .. } | Kernel::Dropout { .. }, _) => {
+                        let mut h = vec![f16::ZERO; len];
+                        lib.random(entry, 2, &mut h, 0.5, rng, &t)
+                    }
+                    (Kernel::ApplyMask { .. }, DType::F32) => {
+                        lib.apply_mask(entry, 2, &mut x, &y, 2.0, &t)
+                    }
+                    (Kernel::ApplyMask { .. }, _) => {
+                        let (mut h, m) = (vec![f16::ONE; len], vec![f16::ONE; len]);
+                        lib.apply_mask(entry, 2, &mut h, &m, 2.0, &t)
+                    }
+                    (Kernel::Mul, DType::F32) => lib.mul(entry, 2, &mut x, &y, &t),
+                    (Kernel::Mul, _) => {
+                        let (mut h, m) = (vec![f16::ONE; len], vec![f16::ONE; len]);
+                        lib.mul(entry, 2, &mut h, &m, &t)
+                    }
+                    (Kernel::MulScalar { .. }, DType::F32) => {
+                        lib.mul_scalar(entry, 2, &mut x, 2.0, &t)
+                    }
+                    (Kernel::MulScalar { .. }, _) => {
+                        let mut h = vec![f16::ONE; len];
+                        lib.mul_scalar(entry, 2, &mut h, 2.0, &t)
+                    }
+                };
+                let report = lib.report();
+                if fits {
+                    assert_eq!(
+                        (rc, report.as_str()),
+                        (0, ""),
+                        "{entry} at {capacity} bytes"
+                    );
+                } else {
+                    assert_eq!(rc, VIOLATION, "{entry} at {capacity} bytes");
+                    assert!(report.contains("[ub-capacity]"), "{entry}: {report}");
+                }
+            }
+        }
+    }
+    lib.set_ub_capacity(default);
+    assert_eq!(lib.ub_capacity(), 196_608);
+}
+
+type ToFloat = unsafe extern "C" fn(u16) -> f32;
+type FromFloat = unsafe extern "C" fn(f32) -> u16;
+
+/// Every 16-bit pattern to f32, and f32 values at, beside and between all
+/// rounding boundaries (plus random ones) back, against the `half` crate.
+fn conversions_match(
+    to: &str,
+    from: &str,
+    crate_to: impl Fn(u16) -> f32,
+    crate_from: impl Fn(f32) -> u16,
+) {
+    let lib = shim::selftest();
+    // SAFETY: `float ta_shim_*_to_float(uint16_t)`.
+    let shim_to: ToFloat = unsafe { lib.function(to) };
+    // SAFETY: `uint16_t ta_shim_*_from_float(float)`.
+    let shim_from: FromFloat = unsafe { lib.function(from) };
+    let mut probes = Vec::new();
+    for h in 0..=u16::MAX {
+        // SAFETY: plain value in, plain value out.
+        let got = unsafe { shim_to(h) };
+        assert_eq!(got.to_bits(), crate_to(h).to_bits(), "{to}({h:#06x})");
+        let v = crate_to(h);
+        let next = crate_to(h.wrapping_add(1));
+        probes.push(v);
+        if v.is_finite() && next.is_finite() {
+            // The midpoint to the next value and its f32 neighbours: the
+            // ties and near-ties of round to nearest even.
+            let mid = ((f64::from(v) + f64::from(next)) / 2.0) as f32;
+            probes.extend([
+                mid,
+                f32::from_bits(mid.to_bits() + 1),
+                f32::from_bits(mid.to_bits() - 1),
+            ]);
+        }
+    }
+    let mut rng = SmallRng::seed_from_u64(5);
+    probes.extend((0..200_000).map(|_| f32::from_bits(rng.random())));
+    for v in probes {
+        // SAFETY: plain value in, plain value out.
+        let got = unsafe { shim_from(v) };
+        assert_eq!(got, crate_from(v), "{from}({v:e} = {:#010x})", v.to_bits());
+    }
+}
+
+#[test]
+fn half_conversions_equal_the_half_crate() {
+    conversions_match(
+        "ta_shim_half_to_float",
+        "ta_shim_half_from_float",
+        |h| f16::from_bits(h).to_f32(),
+        |v| f16::from_f32(v).to_bits(),
+    );
+}
+
+#[test]
+fn bf16_conversions_equal_the_half_crate() {
+    conversions_match(
+        "ta_shim_bf16_to_float",
+        "ta_shim_bf16_from_float",
+        |h| bf16::from_bits(h).to_f32(),
+        |v| bf16::from_f32(v).to_bits(),
+    );
+}
