@@ -144,17 +144,15 @@ impl Book {
             .aliases
             .get(slot.alias.0 as usize..slot.alias.1 as usize)
             .unwrap_or_default();
-        if let Some(&j) = aliases
-            .iter()
-            .find(|&&j| self.slots[j as usize].live.get())
-        {
+        if let Some(&j) = aliases.iter().find(|&&j| self.slots[j as usize].live.get()) {
             return Some(Err(self.overlap(plan, index, j as usize)));
         }
         slot.live.set(true);
         let c = &self.counters;
         let size = slot.size as u64;
         let active = add(&c.active_bytes, size);
-        c.peak_active_bytes.set(c.peak_active_bytes.get().max(active));
+        c.peak_active_bytes
+            .set(c.peak_active_bytes.get().max(active));
         let live = add(&c.live_leases, 1);
         c.peak_live_leases.set(c.peak_live_leases.get().max(live));
         add(&c.total_leases, 1);

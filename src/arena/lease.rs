@@ -170,9 +170,11 @@ impl<'s, T: Element, D: Device> Lease<'s, T, D> {
     /// [`len`](Lease::len).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len())?;
-        self.arena
-            .device
-            .read(&self.arena.slab, self.slot.offset, bytemuck::cast_slice_mut(dst))
+        self.arena.device.read(
+            &self.arena.slab,
+            self.slot.offset,
+            bytemuck::cast_slice_mut(dst),
+        )
     }
 
     fn check_len(&self, given: usize) -> Result<()> {

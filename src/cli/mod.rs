@@ -1,6 +1,10 @@
 //! Subcommand dispatch. Add a subcommand as a variant of [`Command`] with
 //! its `Args` type and `run` function in a module of its own.
 
+mod plan;
+
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 /// Command-line tools of tensor-arena.
@@ -12,9 +16,14 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Assign offsets to the buffers of a MiniMalloc CSV file.
+    Plan(plan::PlanArgs),
+}
 
 /// Runs the chosen subcommand.
-pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    match cli.command {}
+pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match cli.command {
+        Command::Plan(args) => plan::run(args),
+    }
 }
