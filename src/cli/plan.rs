@@ -68,7 +68,7 @@ struct Report<'a> {
     optimal: bool,
     proven_bound: usize,
     strategy: &'a str,
-    greedy_order: Option<&'a str>,
+    greedy: Option<String>,
     search_status: Option<placement::SearchStatus>,
     nodes: u64,
     seconds: f64,
@@ -80,16 +80,13 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(&args.csv)
         .map_err(|e| format!("cannot read {}: {e}", args.csv.display()))?;
     let problem = minimalloc::parse(&text).map_err(|e| format!("{}: {e}", args.csv.display()))?;
-    let mut strategy = Strategy {
+    let strategy = Strategy {
         kind: args.strategy,
         capacity: args.capacity,
         time_limit: args.time_limit.unwrap_or(DEFAULT_TIME_LIMIT),
         minimize: args.minimize,
         node_limit: args.node_limit,
     };
-    if strategy.kind == StrategyKind::Search && args.minimize {
-        strategy = strategy.minimizing();
-    }
     let start = Instant::now();
     let solution = placement::solve(&problem.buffers, &strategy)?;
     let seconds = start.elapsed().as_secs_f64();
@@ -110,7 +107,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         optimal: solution.optimal,
         proven_bound: solution.proven_bound,
         strategy: strategy.kind.name(),
-        greedy_order: solution.greedy_order.map(|o| o.name()),
+        greedy: solution.greedy.map(|g| g.to_string()),
         search_status: solution.search_status,
         nodes: solution.nodes,
         seconds,
@@ -144,11 +141,11 @@ fn print_table(r: &Report<'_>) {
         None => println!("capacity      none"),
     }
     println!("valid         {}", if r.valid { "yes" } else { "no" });
-    let how = match (r.greedy_order, r.search_status) {
-        (Some(order), None) => format!("greedy placement ({order} order)"),
-        (Some(order), Some(status)) => {
+    let how = match (&r.greedy, r.search_status) {
+        (Some(greedy), None) => format!("greedy placement ({greedy})"),
+        (Some(greedy), Some(status)) => {
             format!(
-                "greedy placement ({order} order) kept; search {status:?}, {} nodes",
+                "greedy placement ({greedy}) kept; search {status:?}, {} nodes",
                 r.nodes
             )
         }

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::placement::{self, GreedyOrder, Interval, SearchStatus};
+use super::placement::{self, Greedy, Interval, SearchStatus};
 use super::planner::PlannerConfig;
 use super::spec::BufferId;
 use crate::dtype::DType;
@@ -116,8 +116,8 @@ pub struct Plan {
 /// How a [`Plan`]'s offsets were found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PlacementSummary {
-    /// The greedy order whose placement was kept, if greedy's was.
-    pub greedy_order: Option<GreedyOrder>,
+    /// The greedy placer whose placement was kept, if greedy's was.
+    pub greedy: Option<Greedy>,
     /// What the search established, if it ran.
     pub search_status: Option<SearchStatus>,
     /// Whether the slab is proven as small as these buffers allow (given
@@ -194,7 +194,7 @@ impl Plan {
         }
         let slab_bytes = buffers.iter().map(|b| b.offset + b.size).max().unwrap_or(0);
         let placement = PlacementSummary {
-            greedy_order: solution.greedy_order,
+            greedy: solution.greedy,
             search_status: solution.search_status,
             optimal: solution.optimal,
         };

@@ -1,7 +1,18 @@
-//! Greedy placement: take buffers in some order, put each into the tightest
-//! gap that holds it. The classic orders come from TFLite's and XLA's
-//! planners and from Sekiyama et al. / Pisarchyk & Lee's studies of them;
-//! none wins everywhere, so [`best_of_orders`] runs them all.
+//! Greedy placement, in two rules:
+//!
+//! - **best fit** (TFLite's and XLA's planners): take buffers in some
+//!   order, put each into the tightest gap that holds it, or on top;
+//! - **lowest first** (the canonical placements of the search, taken
+//!   without backtracking): repeatedly place the unplaced buffer that can
+//!   go lowest, at that offset, with the order breaking ties. It fills the
+//!   slab from the bottom like a skyline and leaves no gap a later buffer
+//!   could have used below.
+//!
+//! The orders are the classic ones (Sekiyama et al., Pisarchyk & Lee); no
+//! combination wins everywhere, so [`best_of_orders`] runs them all.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use serde::{Deserialize, Serialize};
 
@@ -90,6 +101,60 @@ impl std::fmt::Display for GreedyOrder {
     }
 }
 
+/// How a greedy placer puts each buffer down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GreedyFit {
+    /// Buffers in the order's sequence, each into the tightest gap that
+    /// holds it ([`greedy`]).
+    BestFit,
+    /// The buffer that can go lowest next, the order breaking ties
+    /// ([`greedy_lowest`]).
+    Lowest,
+}
+
+impl GreedyFit {
+    /// The kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            GreedyFit::BestFit => "best-fit",
+            GreedyFit::Lowest => "lowest",
+        }
+    }
+}
+
+/// A greedy placer: an order and a rule. Displays as `order/rule`, for
+/// example `size/best-fit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Greedy {
+    /// Which buffers go first.
+    pub order: GreedyOrder,
+    /// How each is put down.
+    pub fit: GreedyFit,
+}
+
+impl Greedy {
+    /// Greedy by size with best fit: the classic baseline.
+    pub const BY_SIZE: Greedy = Greedy {
+        order: GreedyOrder::Size,
+        fit: GreedyFit::BestFit,
+    };
+
+    /// Places `items` with this placer.
+    pub fn place(self, items: &[Interval]) -> Vec<usize> {
+        match self.fit {
+            GreedyFit::BestFit => greedy(items, self.order),
+            GreedyFit::Lowest => greedy_lowest(items, self.order),
+        }
+    }
+}
+
+impl std::fmt::Display for Greedy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.order.name(), self.fit.name())
+    }
+}
+
 /// Places every buffer greedily in `order`, each into the tightest gap
 /// between already placed, time-overlapping buffers that holds it (best
 /// fit), or on top of them when no gap does. Returns one offset per item.
@@ -111,9 +176,10 @@ pub fn greedy(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
     place_in_sequence(items, &order.sequence(items))
 }
 
-/// Runs [`greedy`] in every [`GreedyOrder`] and keeps the lowest placement
-/// (the first order wins ties, so greedy by size when nothing is better).
-/// Stops early once a placement reaches the lower bound.
+/// Runs every [`GreedyOrder`] with both rules ([`GreedyFit`]) and keeps the
+/// lowest placement (the first wins ties, so greedy by size with best fit
+/// when nothing is better). Stops early once a placement reaches the lower
+/// bound.
 ///
 /// ```
 /// use tensor_arena::plan::placement::{GreedyOrder, Interval, best_of_orders, greedy, height};
@@ -124,28 +190,88 @@ pub fn greedy(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
 ///     Interval { lower: 1, upper: 3, size: 2 },
 /// ];
 /// // By size, the two 4-byte buffers both take offset 0 and the 2-byte
-/// // ones stack above them; longest lifetime first packs everything.
+/// // ones stack above them; other orders pack everything.
 /// assert_eq!(height(&items, &greedy(&items, GreedyOrder::Size)), 8);
-/// let (_, offsets) = best_of_orders(&items);
+/// let (winner, offsets) = best_of_orders(&items);
 /// assert_eq!(height(&items, &offsets), 6);
+/// println!("won by {winner}");
 /// ```
-pub fn best_of_orders(items: &[Interval]) -> (GreedyOrder, Vec<usize>) {
+pub fn best_of_orders(items: &[Interval]) -> (Greedy, Vec<usize>) {
     let floor = lower_bound(items);
-    let mut best: Option<(usize, GreedyOrder, Vec<usize>)> = None;
-    for order in GreedyOrder::ALL {
-        let offsets = greedy(items, order);
-        let h = height(items, &offsets);
-        if best.as_ref().is_none_or(|(bh, _, _)| h < *bh) {
-            best = Some((h, order, offsets));
+    let mut best: Option<(usize, Greedy, Vec<usize>)> = None;
+    for fit in [GreedyFit::BestFit, GreedyFit::Lowest] {
+        for order in GreedyOrder::ALL {
+            let placer = Greedy { order, fit };
+            let offsets = placer.place(items);
+            let h = height(items, &offsets);
+            if best.as_ref().is_none_or(|(bh, _, _)| h < *bh) {
+                best = Some((h, placer, offsets));
+            }
+            if h <= floor {
+                break;
+            }
         }
-        if h <= floor {
+        if best.as_ref().is_some_and(|(bh, _, _)| *bh <= floor) {
             break;
         }
     }
     match best {
-        Some((_, order, offsets)) => (order, offsets),
-        None => (GreedyOrder::Size, Vec::new()),
+        Some((_, placer, offsets)) => (placer, offsets),
+        None => (Greedy::BY_SIZE, Vec::new()),
     }
+}
+
+/// Lowest-first placement: repeatedly takes the unplaced buffer whose
+/// lowest possible offset (the top of the placed buffers it overlaps in
+/// time) is smallest, ties broken by `order`, and puts it there. Buffers
+/// that take no room go to offset 0.
+///
+/// O(n²) in the worst case (each placement raises the buffers it
+/// overlaps), with a heap for the choice.
+///
+/// ```
+/// use tensor_arena::plan::placement::{GreedyOrder, Interval, greedy_lowest, validate};
+/// let items = [
+///     Interval { lower: 0, upper: 2, size: 3 },
+///     Interval { lower: 1, upper: 3, size: 5 },
+/// ];
+/// let offsets = greedy_lowest(&items, GreedyOrder::Size);
+/// assert_eq!(offsets, vec![5, 0]); // the larger one first, both at their lowest
+/// validate(&items, &offsets, None)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn greedy_lowest(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
+    let n = items.len();
+    let mut offsets = vec![0usize; n];
+    let mut rank = vec![0usize; n];
+    for (r, i) in order.sequence(items).into_iter().enumerate() {
+        rank[i] = r;
+    }
+    // Live buffers by start, so the ones overlapping a placed buffer are a
+    // prefix of those starting before its end.
+    let mut by_lower: Vec<usize> = (0..n).filter(|&i| !items[i].is_trivial()).collect();
+    by_lower.sort_by_key(|&i| (items[i].lower, i));
+    let mut lowest = vec![0usize; n];
+    let mut placed = vec![false; n];
+    let mut heap: BinaryHeap<Reverse<(usize, usize, usize)>> =
+        by_lower.iter().map(|&i| Reverse((0, rank[i], i))).collect();
+    while let Some(Reverse((offset, _, b))) = heap.pop() {
+        if placed[b] || offset != lowest[b] {
+            continue; // stale entry
+        }
+        placed[b] = true;
+        offsets[b] = offset;
+        let it = &items[b];
+        let top = offset.saturating_add(it.size);
+        let end = by_lower.partition_point(|&c| items[c].lower < it.upper);
+        for &c in &by_lower[..end] {
+            if !placed[c] && items[c].upper > it.lower && lowest[c] < top {
+                lowest[c] = top;
+                heap.push(Reverse((top, rank[c], c)));
+            }
+        }
+    }
+    offsets
 }
 
 /// A placed buffer, copied out of `items` so the scan stays in one array.
@@ -368,14 +494,36 @@ mod tests {
         let items = [iv(0, 1, 4), iv(0, 2, 2), iv(2, 5, 4), iv(1, 3, 2)];
         let size = greedy(&items, GreedyOrder::Size);
         assert_eq!(height(&items, &size), 8);
-        let (order, best) = best_of_orders(&items);
+        let (winner, best) = best_of_orders(&items);
         validate(&items, &best, None).unwrap();
         assert_eq!(height(&items, &best), lower_bound(&items));
-        assert_ne!(order, GreedyOrder::Size);
+        assert_ne!(winner, Greedy::BY_SIZE);
+        assert_eq!(best, winner.place(&items));
         // When greedy by size is already optimal, it is the one kept.
         let easy = [iv(0, 2, 10), iv(2, 4, 10)];
-        assert_eq!(best_of_orders(&easy).0, GreedyOrder::Size);
+        assert_eq!(best_of_orders(&easy).0, Greedy::BY_SIZE);
         assert!(best_of_orders(&[]).1.is_empty());
+    }
+
+    #[test]
+    fn lowest_first_fills_from_the_bottom() {
+        // Size order would put the 50-byte buffer first; lowest first takes
+        // whatever can go lowest, so the short-lived ones share offset 0.
+        let items = [iv(0, 2, 10), iv(2, 4, 10), iv(1, 3, 50), iv(5, 5, 7)];
+        let off = greedy_lowest(&items, GreedyOrder::Size);
+        validate(&items, &off, None).unwrap();
+        assert_eq!(off, vec![50, 50, 0, 0]);
+        let off = greedy_lowest(&items, GreedyOrder::Start);
+        assert_eq!(off, vec![0, 0, 10, 0]);
+        assert_eq!(height(&items, &off), 60);
+        assert_eq!(
+            Greedy {
+                order: GreedyOrder::Start,
+                fit: GreedyFit::Lowest
+            }
+            .to_string(),
+            "start/lowest"
+        );
     }
 
     #[test]

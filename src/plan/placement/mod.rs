@@ -8,8 +8,9 @@
 //! or devices, so the planner, the MiniMalloc CSV tools and the command line
 //! all go through the same code:
 //!
-//! - [`greedy`] / [`best_of_orders`]: best-fit placement in one or every
-//!   [`GreedyOrder`] (O(n²), milliseconds for thousands of buffers);
+//! - [`greedy`], [`greedy_lowest`], [`best_of_orders`]: best-fit or
+//!   lowest-first placement in one or every [`GreedyOrder`] (O(n²),
+//!   milliseconds for thousands of buffers);
 //! - [`search`]: an exact, anytime branch and bound over canonical
 //!   placements (after MiniMalloc, Moffitt, ASPLOS 2023) that fits a
 //!   capacity or minimises the height within a time limit;
@@ -44,7 +45,9 @@ mod strategy;
 mod sweep;
 mod validate;
 
-pub use greedy::{GreedyOrder, best_of_orders, greedy, place_in_sequence};
+pub use greedy::{
+    Greedy, GreedyFit, GreedyOrder, best_of_orders, greedy, greedy_lowest, place_in_sequence,
+};
 pub use search::{SearchConfig, SearchOutcome, SearchStatus, search};
 pub use strategy::{AUTO_BEST_MAX, DEFAULT_TIME_LIMIT, Solution, Strategy, StrategyKind, solve};
 pub use validate::{Violation, validate};

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    GreedyOrder, Interval, SearchConfig, SearchStatus, best_of_orders, greedy, height, lower_bound,
-    search, total_size,
+    Greedy, Interval, SearchConfig, SearchStatus, best_of_orders, height, lower_bound, search,
+    total_size,
 };
 use crate::error::{Error, Result};
 
@@ -25,7 +25,8 @@ pub const AUTO_BEST_MAX: usize = 2048;
 pub enum StrategyKind {
     /// Greedy by size with best-fit gaps (TFLite's and XLA's default).
     Greedy,
-    /// Greedy in every [`GreedyOrder`]; the lowest placement wins.
+    /// Greedy in every [`GreedyOrder`](super::GreedyOrder) with both rules;
+    /// the lowest placement wins.
     Best,
     /// The branch and bound of [`search`], seeded with the best greedy
     /// placement: fits the capacity, or minimises the height when no
@@ -180,8 +181,8 @@ pub struct Solution {
     pub fits: bool,
     /// Whether `height` is proven minimal.
     pub optimal: bool,
-    /// The greedy order that produced `offsets`, when greedy did.
-    pub greedy_order: Option<GreedyOrder>,
+    /// The greedy placer that produced `offsets`, when greedy did.
+    pub greedy: Option<Greedy>,
     /// What the search established, when it ran.
     pub search_status: Option<SearchStatus>,
     /// Search nodes visited.
@@ -225,10 +226,10 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
         StrategyKind::Best => true,
         StrategyKind::Search | StrategyKind::Auto => items.len() <= AUTO_BEST_MAX,
     };
-    let (order, offsets) = if all_orders {
+    let (placer, offsets) = if all_orders {
         best_of_orders(items)
     } else {
-        (GreedyOrder::Size, greedy(items, GreedyOrder::Size))
+        (Greedy::BY_SIZE, Greedy::BY_SIZE.place(items))
     };
     let greedy_height = height(items, &offsets);
     let fits = |h: usize| strategy.capacity.is_none_or(|c| h <= c);
@@ -244,7 +245,7 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
         capacity: strategy.capacity,
         fits: fits(greedy_height),
         optimal: greedy_height <= bound,
-        greedy_order: Some(order),
+        greedy: Some(placer),
         search_status: None,
         nodes: 0,
         elapsed: Duration::ZERO,
@@ -261,7 +262,7 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
         if out.height < solution.height {
             solution.offsets = out.offsets;
             solution.height = out.height;
-            solution.greedy_order = None;
+            solution.greedy = None;
         }
         solution.fits = fits(solution.height);
         solution.optimal = out.status == SearchStatus::Optimal;
