@@ -226,8 +226,10 @@ pub fn best_of_orders(items: &[Interval]) -> (Greedy, Vec<usize>) {
 /// time) is smallest, ties broken by `order`, and puts it there. Buffers
 /// that take no room go to offset 0.
 ///
-/// O(n²) in the worst case (each placement raises the buffers it
-/// overlaps), with a heap for the choice.
+/// O(n log n) plus O(log n) per raised buffer: a buffer's lowest offset is
+/// the maximum of the "skyline" (the top of the placed buffers alive at
+/// each time) over its lifetime, kept in a segment tree; the heap holds
+/// possibly stale lower keys, which are refreshed when they surface.
 ///
 /// ```
 /// use tensor_arena::plan::placement::{GreedyOrder, Interval, greedy_lowest, validate};
@@ -247,31 +249,95 @@ pub fn greedy_lowest(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
     for (r, i) in order.sequence(items).into_iter().enumerate() {
         rank[i] = r;
     }
-    // Live buffers by start, so the ones overlapping a placed buffer are a
-    // prefix of those starting before its end.
-    let mut by_lower: Vec<usize> = (0..n).filter(|&i| !items[i].is_trivial()).collect();
-    by_lower.sort_by_key(|&i| (items[i].lower, i));
-    let mut lowest = vec![0usize; n];
-    let mut placed = vec![false; n];
-    let mut heap: BinaryHeap<Reverse<(usize, usize, usize)>> =
-        by_lower.iter().map(|&i| Reverse((0, rank[i], i))).collect();
-    while let Some(Reverse((offset, _, b))) = heap.pop() {
-        if placed[b] || offset != lowest[b] {
-            continue; // stale entry
-        }
-        placed[b] = true;
-        offsets[b] = offset;
+    let mut times: Vec<usize> = items
+        .iter()
+        .filter(|it| !it.is_trivial())
+        .flat_map(|it| [it.lower, it.upper])
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let index = |t: usize| times.partition_point(|&x| x < t);
+    let mut skyline = MaxTree::new(times.len().saturating_sub(1));
+    let mut heap: BinaryHeap<Reverse<(usize, usize, usize)>> = (0..n)
+        .filter(|&i| !items[i].is_trivial())
+        .map(|i| Reverse((0, rank[i], i)))
+        .collect();
+    while let Some(Reverse((key, r, b))) = heap.pop() {
         let it = &items[b];
-        let top = offset.saturating_add(it.size);
-        let end = by_lower.partition_point(|&c| items[c].lower < it.upper);
-        for &c in &by_lower[..end] {
-            if !placed[c] && items[c].upper > it.lower && lowest[c] < top {
-                lowest[c] = top;
-                heap.push(Reverse((top, rank[c], c)));
-            }
+        let (lo, hi) = (index(it.lower), index(it.upper));
+        let lowest = skyline.max(lo, hi);
+        if lowest > key {
+            heap.push(Reverse((lowest, r, b)));
+            continue;
         }
+        offsets[b] = lowest;
+        skyline.raise(lo, hi, lowest.saturating_add(it.size));
     }
     offsets
+}
+
+/// Range "raise to at least" and range maximum over `len` slots, both
+/// O(log len) (a segment tree with max tags).
+struct MaxTree {
+    len: usize,
+    max: Vec<usize>,
+    tag: Vec<usize>,
+}
+
+impl MaxTree {
+    fn new(len: usize) -> MaxTree {
+        let size = 4 * len.max(1);
+        MaxTree {
+            len,
+            max: vec![0; size],
+            tag: vec![0; size],
+        }
+    }
+
+    /// Raises every slot in `[lo, hi)` to at least `v`.
+    fn raise(&mut self, lo: usize, hi: usize, v: usize) {
+        if lo < hi && hi <= self.len {
+            self.raise_at(1, 0, self.len, lo, hi, v);
+        }
+    }
+
+    fn raise_at(&mut self, node: usize, l: usize, r: usize, lo: usize, hi: usize, v: usize) {
+        if hi <= l || r <= lo {
+            return;
+        }
+        self.max[node] = self.max[node].max(v);
+        if lo <= l && r <= hi {
+            self.tag[node] = self.tag[node].max(v);
+            return;
+        }
+        let mid = (l + r) / 2;
+        self.raise_at(2 * node, l, mid, lo, hi, v);
+        self.raise_at(2 * node + 1, mid, r, lo, hi, v);
+    }
+
+    /// The maximum over `[lo, hi)`; 0 when the range is empty.
+    fn max(&self, lo: usize, hi: usize) -> usize {
+        if lo < hi && hi <= self.len {
+            self.max_at(1, 0, self.len, lo, hi)
+        } else {
+            0
+        }
+    }
+
+    fn max_at(&self, node: usize, l: usize, r: usize, lo: usize, hi: usize) -> usize {
+        if hi <= l || r <= lo {
+            return 0;
+        }
+        if lo <= l && r <= hi {
+            return self.max[node];
+        }
+        // A tag covers the whole node, so it bounds every part of it.
+        let mid = (l + r) / 2;
+        let below =
+            self.max_at(2 * node, l, mid, lo, hi)
+                .max(self.max_at(2 * node + 1, mid, r, lo, hi));
+        below.max(self.tag[node])
+    }
 }
 
 /// A placed buffer, copied out of `items` so the scan stays in one array.
@@ -524,6 +590,36 @@ mod tests {
             .to_string(),
             "start/lowest"
         );
+    }
+
+    #[test]
+    fn max_tree_matches_a_scan() {
+        let mut t = MaxTree::new(9);
+        let mut plain = [0usize; 9];
+        let ops = [
+            (0, 4, 5),
+            (2, 9, 3),
+            (3, 5, 8),
+            (7, 8, 1),
+            (6, 9, 6),
+            (0, 1, 2),
+        ];
+        for (lo, hi, v) in ops {
+            t.raise(lo, hi, v);
+            for x in &mut plain[lo..hi] {
+                *x = (*x).max(v);
+            }
+            for a in 0..9 {
+                for b in a..=9 {
+                    let want = plain[a..b].iter().copied().max().unwrap_or(0);
+                    assert_eq!(
+                        t.max(a, b),
+                        want,
+                        "[{a}, {b}) after raise {lo}..{hi} to {v}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -131,6 +131,11 @@ impl Driver<'_> {
     /// Every preorder once with `limit` nodes each.
     fn attempt(&mut self, capacity: usize, limit: u64) -> Attempt {
         for preorder in 0..PREORDERS.len() {
+            // The engine looks at the clock every 256 nodes; short runs
+            // would never see the deadline.
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Attempt::Stopped;
+            }
             match self.run(capacity, preorder, limit) {
                 Run::Found => return Attempt::Found,
                 Run::Infeasible => return Attempt::Infeasible,
@@ -193,6 +198,11 @@ impl Driver<'_> {
 
 /// Branch and bound over canonical placements (see the module docs),
 /// seeded with `incumbent` (greedy by size if it is `None` or invalid).
+///
+/// Problems with more than 4096 buffers that take room, or whose sizes add
+/// up to half of `usize` or more, are not searched: the incumbent comes
+/// back with status `Feasible` or `Unknown` (`Optimal` if it meets the
+/// lower bound).
 ///
 /// With a capacity and `minimize == false`, stops at the first placement
 /// that fits; otherwise keeps lowering the height until it is proven

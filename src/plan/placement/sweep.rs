@@ -67,7 +67,7 @@ pub(super) struct Sweep {
 /// Why a problem was not swept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TooLarge {
-    /// More buffers than a `u32` can number.
+    /// More than [`MAX_BUFFERS`] buffers that take room.
     Buffers,
     /// The section or overlap tables would exceed the memory budget.
     Tables,
@@ -75,6 +75,11 @@ pub(super) enum TooLarge {
     /// "placed" marker.
     Sizes,
 }
+
+/// The most buffers the search takes on: every level of its depth-first
+/// search keeps an ordering of the buffers still unplaced, so its memory
+/// grows with the square of this (about 130 MiB at 4096).
+pub(super) const MAX_BUFFERS: usize = 4096;
 
 /// Upper bound on section memberships plus overlap pairs (u32 each): keeps
 /// the search's tables within a few hundred MiB on dense problems.
@@ -85,7 +90,7 @@ impl Sweep {
         let ids: Vec<usize> = (0..items.len())
             .filter(|&i| !items[i].is_trivial())
             .collect();
-        if ids.len() >= u32::MAX as usize / 2 {
+        if ids.len() > MAX_BUFFERS {
             return Err(TooLarge::Buffers);
         }
         let total = items
