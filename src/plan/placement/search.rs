@@ -408,6 +408,32 @@ mod tests {
     }
 
     #[test]
+    fn problems_beyond_the_limit_keep_the_incumbent() {
+        let items: Vec<Interval> = (0..4097).map(|i| iv(i, i + 3, 1 + i % 3)).collect();
+        let out = search(&items, None, &SearchConfig::default());
+        assert_eq!(out.nodes, 0);
+        validate(&items, &out.offsets, None).unwrap();
+        assert_eq!(out.offsets, greedy(&items, GreedyOrder::Size));
+        let huge = [iv(0, 2, usize::MAX / 2), iv(1, 3, 1)];
+        let out = search(&huge, None, &SearchConfig::default());
+        assert_eq!(out.nodes, 0);
+        validate(&huge, &out.offsets, None).unwrap();
+    }
+
+    #[test]
+    fn zero_time_limit_returns_the_incumbent() {
+        let items = trap();
+        let config = SearchConfig {
+            time_limit: Duration::ZERO,
+            ..SearchConfig::default()
+        };
+        let out = search(&items, None, &config);
+        validate(&items, &out.offsets, None).unwrap();
+        assert_eq!(out.status, SearchStatus::Feasible);
+        assert_eq!(out.nodes, 0);
+    }
+
+    #[test]
     fn node_limit_stops_and_keeps_the_incumbent() {
         let items: Vec<Interval> = (0..30)
             .map(|i| iv(i % 7, i % 7 + 1 + i % 5, 3 + (i * 7919) % 17))
