@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 use tensor_arena::plan::minimalloc;
-use tensor_arena::plan::placement::{self, DEFAULT_TIME_LIMIT, Strategy, StrategyKind};
+use tensor_arena::plan::placement::{self, Strategy, StrategyKind};
 
 /// Places the buffers of a MiniMalloc CSV file (`id,lower,upper,size`,
 /// lifetimes `[lower, upper)`) and reports the height against the lower
@@ -24,9 +24,10 @@ pub struct PlanArgs {
     /// bound) or auto (best, then search if the capacity is missed).
     #[arg(long, default_value = "auto", value_parser = parse_strategy)]
     strategy: StrategyKind,
-    /// Time limit of the search, in seconds.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
-    time_limit: Option<Duration>,
+    /// Time limit of the search, in seconds (the search returns the best
+    /// placement found by then).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "10")]
+    time_limit: Duration,
     /// Keep lowering the height after the capacity is met (the search
     /// always minimises when no capacity is given).
     #[arg(long)]
@@ -83,7 +84,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let strategy = Strategy {
         kind: args.strategy,
         capacity: args.capacity,
-        time_limit: args.time_limit.unwrap_or(DEFAULT_TIME_LIMIT),
+        time_limit: args.time_limit,
         minimize: args.minimize,
         node_limit: args.node_limit,
     };
