@@ -87,6 +87,15 @@ fn invalid(line: usize, field: &str, reason: String) -> Error {
 /// offending value: a missing, unknown or repeated column; a row with the
 /// wrong number of fields; a value that is not a non-negative integer; an
 /// empty lifetime (`upper <= lower`); sizes that add up beyond `usize`.
+///
+/// ```
+/// use tensor_arena::plan::minimalloc;
+/// let err = minimalloc::parse("id,lower,upper,size\na,0,2,8\nb,3,3,8\n").unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "CSV line 3, field 'upper': upper 3 must be greater than lower 3 (lifetimes are [lower, upper))"
+/// );
+/// ```
 pub fn parse(text: &str) -> Result<Problem> {
     let mut lines = text
         .split('\n')

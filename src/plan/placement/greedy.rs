@@ -62,6 +62,16 @@ impl GreedyOrder {
     }
 
     /// The indices of `items` in this order.
+    ///
+    /// ```
+    /// use tensor_arena::plan::placement::{GreedyOrder, Interval};
+    /// let items = [
+    ///     Interval { lower: 0, upper: 9, size: 1 },
+    ///     Interval { lower: 2, upper: 3, size: 50 },
+    /// ];
+    /// assert_eq!(GreedyOrder::Size.sequence(&items), vec![1, 0]);
+    /// assert_eq!(GreedyOrder::Length.sequence(&items), vec![0, 1]);
+    /// ```
     pub fn sequence(self, items: &[Interval]) -> Vec<usize> {
         let mut seq: Vec<usize> = (0..items.len()).collect();
         let len = |i: usize| items[i].upper.saturating_sub(items[i].lower);
