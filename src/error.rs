@@ -327,6 +327,32 @@ pub enum Error {
         rule: &'static str,
     },
 
+    /// No placement found fits the capacity asked for.
+    #[error(
+        "the plan needs {needed} bytes, above the capacity of {capacity} bytes (lower bound {lower_bound} bytes): {reason}"
+    )]
+    OverCapacity {
+        /// Height of the best placement found.
+        needed: usize,
+        /// The capacity asked for.
+        capacity: usize,
+        /// The largest total of bytes alive at one time.
+        lower_bound: usize,
+        /// Whether it is proven impossible or the search ran out of time.
+        reason: &'static str,
+    },
+
+    /// A MiniMalloc CSV input that cannot be read.
+    #[error("CSV line {line}, field '{field}': {reason}")]
+    InvalidCsv {
+        /// 1-based line number.
+        line: usize,
+        /// The column (or `header`).
+        field: String,
+        /// What is wrong, with the offending value.
+        reason: String,
+    },
+
     /// An error reported by a device backend.
     #[error("device '{device}': {operation} failed: {message}")]
     Device {

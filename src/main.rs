@@ -9,7 +9,7 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
     match cli::run(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
             std::process::ExitCode::from(2)

@@ -1,9 +1,12 @@
 //! Subcommand dispatch. Add a subcommand as a variant of [`Command`] with
 //! its `Args` type and `run` function in a module of its own.
 
-use clap::{Parser, Subcommand};
-
+mod plan;
 mod replay;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
 
 /// Command-line tools of tensor-arena.
 #[derive(Debug, Parser)]
@@ -15,15 +18,20 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Assign offsets to the buffers of a MiniMalloc CSV file.
+    Plan(plan::PlanArgs),
     /// Replay an allocation trace through the caching-allocator model and
     /// the planner (fragmentation diagnostics).
     Replay(replay::ReplayArgs),
 }
 
 /// Runs the chosen subcommand.
-pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match cli.command {
-        Command::Replay(args) => replay::run(args)?,
+        Command::Plan(args) => plan::run(args),
+        Command::Replay(args) => {
+            replay::run(args)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
-    Ok(())
 }

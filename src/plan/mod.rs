@@ -5,13 +5,14 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod layout;
+pub mod minimalloc;
 pub mod placement;
 mod planned;
 mod planner;
 mod report;
 mod spec;
 
-pub use planned::{LifetimeKind, Plan, PlannedBuffer};
+pub use planned::{LifetimeKind, PlacementSummary, Plan, PlannedBuffer};
 pub use planner::{DEFAULT_OFFSET_ALIGN, MIN_OFFSET_ALIGN, Planner, PlannerConfig};
 pub use report::{BufferReport, PlanReport};
 pub use spec::{Buffer, BufferId, BufferSpec, Lifetime, Phase};

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::placement::{self, GreedyOrder, Interval};
+use super::placement::{self, Greedy, Interval, SearchStatus};
 use super::planner::PlannerConfig;
 use super::spec::BufferId;
 use crate::dtype::DType;
@@ -110,11 +110,24 @@ pub struct Plan {
     pub(crate) slab_bytes: usize,
     pub(crate) lower_bound: usize,
     pub(crate) persistent_bytes: usize,
+    pub(crate) placement: PlacementSummary,
+}
+
+/// How a [`Plan`]'s offsets were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PlacementSummary {
+    /// The greedy placer whose placement was kept, if greedy's was.
+    pub greedy: Option<Greedy>,
+    /// What the search established, if it ran.
+    pub search_status: Option<SearchStatus>,
+    /// Whether the slab is proven as small as these buffers allow (given
+    /// persistent buffers at the bottom).
+    pub optimal: bool,
 }
 
 impl Plan {
     /// Places `buffers` (offsets ignored on input): persistent ones stacked
-    /// from offset 0, the rest greedy by size above them.
+    /// from offset 0, the rest above them by `config.strategy`.
     pub(crate) fn build(
         id: u64,
         config: PlannerConfig,
@@ -147,12 +160,44 @@ impl Plan {
             .filter(|&i| buffers[i].kind != LifetimeKind::Persistent)
             .collect();
         let intervals: Vec<Interval> = scoped.iter().map(|&i| buffers[i].interval()).collect();
-        let offsets = placement::greedy(&intervals, GreedyOrder::Size);
-        for (&i, off) in scoped.iter().zip(offsets) {
+        let mut strategy = config.strategy;
+        if let Some(capacity) = strategy.capacity {
+            // The persistent part is fixed; the rest gets what is left.
+            let Some(left) = capacity.checked_sub(persistent_bytes) else {
+                return Err(Error::OverCapacity {
+                    needed: persistent_bytes,
+                    capacity,
+                    lower_bound: persistent_bytes + placement::lower_bound(&intervals),
+                    reason: "the persistent buffers alone exceed it",
+                });
+            };
+            strategy.capacity = Some(left);
+        }
+        let solution = placement::solve(&intervals, &strategy)?;
+        let lower_bound = persistent_bytes + solution.lower_bound;
+        if let Some(capacity) = config.strategy.capacity
+            && !solution.fits
+        {
+            return Err(Error::OverCapacity {
+                needed: persistent_bytes + solution.height,
+                capacity,
+                lower_bound,
+                reason: match solution.search_status {
+                    Some(SearchStatus::Infeasible) => "proven: no placement fits",
+                    Some(_) => "no placement within it was found in the time limit",
+                    None => "greedy placement does not fit",
+                },
+            });
+        }
+        for (&i, off) in scoped.iter().zip(&solution.offsets) {
             buffers[i].offset = persistent_bytes + off;
         }
-        let lower_bound = persistent_bytes + placement::lower_bound(&intervals);
         let slab_bytes = buffers.iter().map(|b| b.offset + b.size).max().unwrap_or(0);
+        let placement = PlacementSummary {
+            greedy: solution.greedy,
+            search_status: solution.search_status,
+            optimal: solution.optimal,
+        };
         Ok(Plan {
             id,
             config,
@@ -161,6 +206,7 @@ impl Plan {
             slab_bytes,
             lower_bound,
             persistent_bytes,
+            placement,
         })
     }
 
@@ -206,6 +252,18 @@ impl Plan {
     /// buffers can be smaller.
     pub fn lower_bound(&self) -> usize {
         self.lower_bound
+    }
+
+    /// How the offsets were found.
+    pub fn placement(&self) -> &PlacementSummary {
+        &self.placement
+    }
+
+    /// Whether the slab is proven minimal for these buffers (persistent
+    /// ones at the bottom): it equals the lower bound, or the search proved
+    /// nothing lower exists.
+    pub fn is_optimal(&self) -> bool {
+        self.placement.optimal
     }
 
     /// Bytes of the persistent buffers (the bottom of the slab).

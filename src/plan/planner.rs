@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::layout::{self, BufferLayout};
+use super::placement::Strategy;
 use super::planned::{LifetimeKind, Plan, PlannedBuffer};
 use super::spec::{Buffer, BufferId, BufferSpec, Lifetime, Phase};
 use crate::dtype::Element;
@@ -26,6 +27,11 @@ pub struct PlannerConfig {
     pub offset_align: usize,
     /// Rounding for specs that do not choose their own.
     pub default_rounding: Rounding,
+    /// How offsets are assigned ([`Strategy::auto`] by default: best of the
+    /// greedy orders, and the search only when `capacity` is set and greedy
+    /// misses it). A capacity covers the whole slab, persistent buffers
+    /// included.
+    pub strategy: Strategy,
 }
 
 impl Default for PlannerConfig {
@@ -33,6 +39,7 @@ impl Default for PlannerConfig {
         PlannerConfig {
             offset_align: DEFAULT_OFFSET_ALIGN,
             default_rounding: Rounding::default(),
+            strategy: Strategy::auto(),
         }
     }
 }
@@ -202,9 +209,34 @@ impl Planner {
     }
 
     /// Assigns offsets: persistent buffers first, each on its own bytes, then
-    /// the step-scoped ones above them, greedy by size with best-fit gaps so
-    /// that buffers never alive together may share bytes.
+    /// the step-scoped ones above them, placed by the configured
+    /// [`Strategy`] so that buffers never alive together may share bytes.
+    ///
+    /// Fails with [`Error::OverCapacity`] when the strategy has a capacity
+    /// and no placement within it was found.
     pub fn plan(&self) -> Result<Plan> {
+        self.plan_with(self.config.strategy)
+    }
+
+    /// Like [`Planner::plan`] with another placement strategy.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tensor_arena::Planner;
+    /// use tensor_arena::plan::placement::Strategy;
+    /// let mut p = Planner::new();
+    /// let a = p.phase("a")?;
+    /// let b = p.phase("b")?;
+    /// p.span::<f32>("x", &[256], a, a)?;
+    /// p.span::<f32>("y", &[256], a, b)?;
+    /// p.span::<f32>("z", &[512], b, b)?;
+    /// let strategy = Strategy::search().with_time_limit(Duration::from_millis(200));
+    /// let plan = p.plan_with(strategy)?;
+    /// assert_eq!(plan.slab_bytes(), plan.lower_bound());
+    /// assert!(plan.is_optimal());
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn plan_with(&self, strategy: Strategy) -> Result<Plan> {
         if self.specs.is_empty() {
             return Err(Error::EmptyPlan);
         }
@@ -234,7 +266,11 @@ impl Planner {
                 }
             })
             .collect();
-        Plan::build(self.id, self.config, self.phases.clone(), buffers)
+        let config = PlannerConfig {
+            strategy,
+            ..self.config
+        };
+        Plan::build(self.id, config, self.phases.clone(), buffers)
     }
 
     fn check_name(&self, name: &str) -> Result<()> {

@@ -1,0 +1,128 @@
+//! Placement quality is in BENCHMARKS.md; this measures placement time, with
+//! the baseline (greedy by size, TFLite's and XLA's planner) in the same run:
+//!
+//! - `minimalloc/{greedy,best,search}/X`: MiniMalloc's challenging instances
+//!   A-F (tests/data/minimalloc) placed by greedy by size, by the best of
+//!   every greedy order, and by the search fitting capacity 1048576 (which
+//!   greedy misses by 24-41%);
+//! - `large/*/10000`: 10,000 buffers with random training-like lifetimes,
+//!   placed by greedy by size and best of orders, and planned end to end by
+//!   the `Planner` (10,000 specs, default strategy).
+//!
+//! ```sh
+//! cargo bench --bench planner
+//! python3 benches/medians.py
+//! ```
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use tensor_arena::Planner;
+use tensor_arena::plan::minimalloc;
+use tensor_arena::plan::placement::{self, GreedyOrder, Interval, Strategy};
+
+const CAPACITY: usize = 1_048_576;
+
+fn load(name: &str) -> Vec<Interval> {
+    let path = format!(
+        "{}/tests/data/minimalloc/{name}.1048576.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(path).expect("instance file");
+    minimalloc::parse(&text).expect("valid instance").buffers
+}
+
+fn instances(c: &mut Criterion) {
+    let mut g = c.benchmark_group("minimalloc");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(4));
+    for name in ["A", "B", "C", "D", "E", "F"] {
+        let items = load(name);
+        g.bench_with_input(BenchmarkId::new("greedy", name), &items, |b, items| {
+            b.iter(|| placement::greedy(black_box(items), GreedyOrder::Size))
+        });
+        g.bench_with_input(BenchmarkId::new("best", name), &items, |b, items| {
+            b.iter(|| placement::best_of_orders(black_box(items)))
+        });
+        let strategy = Strategy::search()
+            .with_capacity(CAPACITY)
+            .with_time_limit(Duration::from_secs(30));
+        g.bench_with_input(BenchmarkId::new("search", name), &items, |b, items| {
+            b.iter(|| {
+                let s = placement::solve(black_box(items), &strategy).expect("solve");
+                assert!(s.fits, "{name} not fitted");
+                s.height
+            })
+        });
+    }
+    g.finish();
+}
+
+/// A deterministic stand-in for a large training step: buffers start
+/// anywhere in 20,000 time steps, most live briefly, some long; sizes are
+/// 512-byte multiples up to 128 KiB.
+fn large_instance(n: usize) -> Vec<Interval> {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |m: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 33) % m) as usize
+    };
+    (0..n)
+        .map(|_| {
+            let lower = next(20_000);
+            let len = if next(10) == 0 {
+                1 + next(2_000)
+            } else {
+                1 + next(40)
+            };
+            Interval {
+                lower,
+                upper: lower + len,
+                size: 512 * (1 + next(256)),
+            }
+        })
+        .collect()
+}
+
+fn large(c: &mut Criterion) {
+    const N: usize = 10_000;
+    let items = large_instance(N);
+    let mut g = c.benchmark_group("large");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(5));
+    g.bench_with_input(BenchmarkId::new("greedy", N), &items, |b, items| {
+        b.iter(|| placement::greedy(black_box(items), GreedyOrder::Size))
+    });
+    g.bench_with_input(BenchmarkId::new("best", N), &items, |b, items| {
+        b.iter(|| placement::best_of_orders(black_box(items)))
+    });
+    // The same lifetimes as planner specs over 64 phases.
+    let mut planner = Planner::new();
+    let phases: Vec<_> = (0..64)
+        .map(|i| planner.phase(&format!("p{i}")).expect("phase"))
+        .collect();
+    for (k, it) in items.iter().enumerate() {
+        let first = it.lower * 64 / 20_000;
+        let last = ((it.upper - 1) * 64 / 20_000).min(63);
+        planner
+            .span::<u8>(
+                &format!("b{k}"),
+                &[it.size - 32],
+                phases[first],
+                phases[last],
+            )
+            .expect("spec");
+    }
+    g.bench_function(BenchmarkId::new("planner", N), |b| {
+        b.iter(|| planner.plan().expect("plan").slab_bytes())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, instances, large);
+criterion_main!(benches);

@@ -1,0 +1,171 @@
+//! Offset assignment for buffers with lifetimes: the dynamic storage
+//! allocation problem in its static form.
+//!
+//! A buffer is an [`Interval`]: alive during the half-open time range
+//! `[lower, upper)` and `size` bytes long. A placement gives every buffer an
+//! offset so that buffers alive at the same time never share a byte; its
+//! height is the largest `offset + size`. This module knows nothing of specs
+//! or devices, so the planner, the MiniMalloc CSV tools and the command line
+//! all go through the same code:
+//!
+//! - [`greedy`], [`greedy_lowest`], [`best_of_orders`]: best-fit or
+//!   lowest-first placement in one or every [`GreedyOrder`] (O(n²),
+//!   milliseconds for thousands of buffers);
+//! - [`search`]: an exact, anytime branch and bound over canonical
+//!   placements (after MiniMalloc, Moffitt, ASPLOS 2023) that fits a
+//!   capacity or minimises the height within a time limit;
+//! - [`solve`]: picks among them by [`Strategy`], the entry point the
+//!   planner and the `tensor-arena plan` command use.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tensor_arena::plan::placement::{self, Interval, Strategy};
+//!
+//! // Two long buffers and two short ones that can share the gap between them.
+//! let items = [
+//!     Interval { lower: 0, upper: 4, size: 30 },
+//!     Interval { lower: 0, upper: 2, size: 20 },
+//!     Interval { lower: 2, upper: 4, size: 20 },
+//!     Interval { lower: 1, upper: 3, size: 10 },
+//! ];
+//! let strategy = Strategy::search().with_time_limit(Duration::from_secs(1));
+//! let solution = placement::solve(&items, &strategy)?;
+//! placement::validate(&items, &solution.offsets, None)?;
+//! assert_eq!(solution.height, placement::lower_bound(&items));
+//! assert!(solution.optimal);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+mod engine;
+mod greedy;
+mod search;
+mod strategy;
+mod sweep;
+mod validate;
+
+pub use greedy::{
+    Greedy, GreedyFit, GreedyOrder, best_of_orders, greedy, greedy_lowest, place_in_sequence,
+};
+pub use search::{SearchConfig, SearchOutcome, SearchStatus, search};
+pub use strategy::{AUTO_BEST_MAX, DEFAULT_TIME_LIMIT, Solution, Strategy, StrategyKind, solve};
+pub use validate::{Violation, validate};
+
+/// One buffer to place: alive in `[lower, upper)`, `size` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Interval {
+    /// First time step at which the buffer is alive.
+    pub lower: usize,
+    /// First time step at which it is no longer alive.
+    pub upper: usize,
+    /// Bytes it occupies.
+    pub size: usize,
+}
+
+impl Interval {
+    /// Whether two buffers are alive at some common time. A buffer with an
+    /// empty lifetime (`lower >= upper`) is never alive, so it overlaps
+    /// nothing.
+    pub fn overlaps_in_time(&self, other: &Interval) -> bool {
+        self.lower < other.upper
+            && other.lower < self.upper
+            && self.lower < self.upper
+            && other.lower < other.upper
+    }
+
+    /// Whether the buffer takes no room: zero bytes or an empty lifetime.
+    /// Such buffers can sit anywhere; the placers put them at offset 0.
+    pub fn is_trivial(&self) -> bool {
+        self.size == 0 || self.lower >= self.upper
+    }
+}
+
+/// The largest total size of buffers alive at one time: no placement can be
+/// lower than this.
+///
+/// ```
+/// use tensor_arena::plan::placement::{Interval, lower_bound};
+/// let items = [
+///     Interval { lower: 0, upper: 2, size: 10 },
+///     Interval { lower: 1, upper: 3, size: 20 },
+/// ];
+/// assert_eq!(lower_bound(&items), 30);
+/// ```
+pub fn lower_bound(items: &[Interval]) -> usize {
+    // Sweep over start/end events; ends sort before starts at the same time
+    // because intervals are half-open.
+    let mut events: Vec<(usize, bool, usize)> = Vec::with_capacity(items.len() * 2);
+    for it in items.iter().filter(|it| it.lower < it.upper) {
+        events.push((it.lower, true, it.size));
+        events.push((it.upper, false, it.size));
+    }
+    events.sort_unstable_by_key(|&(t, is_start, _)| (t, is_start));
+    let (mut live, mut best) = (0usize, 0usize);
+    for (_, is_start, size) in events {
+        if is_start {
+            live = live.saturating_add(size);
+            best = best.max(live);
+        } else {
+            live = live.saturating_sub(size);
+        }
+    }
+    best
+}
+
+/// Height of a placement: the largest `offset + size`.
+///
+/// ```
+/// use tensor_arena::plan::placement::{Interval, height};
+/// let items = [Interval { lower: 0, upper: 1, size: 8 }];
+/// assert_eq!(height(&items, &[16]), 24);
+/// ```
+pub fn height(items: &[Interval], offsets: &[usize]) -> usize {
+    items
+        .iter()
+        .zip(offsets)
+        .map(|(it, &o)| o.saturating_add(it.size))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Sum of all sizes, or `None` if it does not fit in `usize`. When it fits,
+/// no offset or height any placer here computes can overflow.
+pub(crate) fn total_size(items: &[Interval]) -> Option<usize> {
+    items
+        .iter()
+        .try_fold(0usize, |acc, it| acc.checked_add(it.size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
+        Interval { lower, upper, size }
+    }
+
+    #[test]
+    fn lower_bound_counts_simultaneous_bytes() {
+        let items = [iv(0, 2, 10), iv(1, 3, 20), iv(2, 4, 5)];
+        // t=1: 10+20, t=2: 20+5
+        assert_eq!(lower_bound(&items), 30);
+        assert_eq!(lower_bound(&[]), 0);
+    }
+
+    #[test]
+    fn empty_lifetimes_overlap_nothing() {
+        assert!(!iv(5, 5, 10).overlaps_in_time(&iv(0, 10, 10)));
+        assert!(!iv(0, 10, 10).overlaps_in_time(&iv(5, 5, 10)));
+        assert!(iv(0, 10, 10).overlaps_in_time(&iv(9, 12, 1)));
+        assert!(!iv(0, 10, 10).overlaps_in_time(&iv(10, 12, 1)));
+        assert!(iv(3, 3, 1).is_trivial() && iv(0, 1, 0).is_trivial());
+    }
+
+    #[test]
+    fn height_is_the_highest_end() {
+        let items = [iv(0, 1, 10), iv(0, 1, 5)];
+        assert_eq!(height(&items, &[0, 10]), 15);
+        assert_eq!(height(&[], &[]), 0);
+    }
+}

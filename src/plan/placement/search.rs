@@ -1,0 +1,451 @@
+//! Exact, anytime search: fit a capacity, or minimise the height, within a
+//! time limit, starting from a known placement (the incumbent).
+//!
+//! The branch and bound is in `engine.rs`. This file drives it:
+//!
+//! - **Fit** a capacity: MiniMalloc's round robin. The three preorders run
+//!   in turn with a node limit that doubles each round, so an order that
+//!   suits the instance finishes early and none can stall the others.
+//! - **Minimise**: bisect between the proven lower bound and the best
+//!   height found. Each target gets a node budget per preorder; a target
+//!   that runs out of budget counts as "probably infeasible" for this
+//!   round, and when the bisection closes the budget doubles and the
+//!   unproven range is searched again. The first target is the lower bound
+//!   itself, since real instances are often packed perfectly. Heights are
+//!   sums of sizes, so targets step by the sizes' greatest common divisor.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::engine::{Engine, PREORDERS, Run};
+use super::sweep::Sweep;
+use super::{GreedyOrder, Interval, greedy, height, lower_bound, validate};
+
+/// Settings of [`search`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchConfig {
+    /// Fit mode: find a placement of height at most this. Without it the
+    /// search minimises.
+    pub capacity: Option<usize>,
+    /// Keep lowering the height after fitting the capacity, until the
+    /// optimum is proven or the limits are reached.
+    pub minimize: bool,
+    /// Wall-clock limit for the whole search.
+    pub time_limit: Duration,
+    /// Limit on search nodes over the whole search (for reproducible runs;
+    /// the time limit applies as well).
+    pub node_limit: Option<u64>,
+}
+
+impl Default for SearchConfig {
+    /// Minimise for at most 10 seconds.
+    fn default() -> Self {
+        SearchConfig {
+            capacity: None,
+            minimize: true,
+            time_limit: Duration::from_secs(10),
+            node_limit: None,
+        }
+    }
+}
+
+/// What the search established.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SearchStatus {
+    /// The height is proven minimal.
+    Optimal,
+    /// The placement fits the capacity (any placement, when there is no
+    /// capacity); a lower one may exist.
+    Feasible,
+    /// Proven: no placement fits the capacity.
+    Infeasible,
+    /// No placement within the capacity was found before the limits, and
+    /// none was proven impossible.
+    Unknown,
+}
+
+/// The result of [`search`]: always a valid placement (the incumbent if
+/// nothing better was found).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchOutcome {
+    /// One offset per item; no two buffers alive together share a byte.
+    pub offsets: Vec<usize>,
+    /// Height of `offsets`.
+    pub height: usize,
+    /// A proven lower bound on the optimal height: at least
+    /// [`lower_bound`], raised by targets the search proved infeasible.
+    pub proven_bound: usize,
+    /// What was established.
+    pub status: SearchStatus,
+    /// Search nodes visited.
+    pub nodes: u64,
+    /// Time spent.
+    pub elapsed: Duration,
+}
+
+/// How one attempt at a target ended.
+enum Attempt {
+    Found,
+    Infeasible,
+    OutOfBudget,
+    Stopped,
+}
+
+struct Driver<'a> {
+    items: &'a [Interval],
+    sweep: &'a Sweep,
+    engine: Engine<'a>,
+    deadline: Option<Instant>,
+    nodes_left: u64,
+    nodes: u64,
+    best: Vec<usize>,
+    best_height: usize,
+}
+
+impl Driver<'_> {
+    /// One run of the engine; on success the placement becomes the best.
+    fn run(&mut self, capacity: usize, preorder: usize, limit: u64) -> Run {
+        let limit = limit.min(self.nodes_left);
+        let run = self
+            .engine
+            .run(capacity, PREORDERS[preorder], limit, self.deadline);
+        let used = self.engine.nodes().min(limit);
+        self.nodes += used;
+        self.nodes_left -= used;
+        if run == Run::Found {
+            let mut offsets = vec![0usize; self.items.len()];
+            for (k, &id) in self.sweep.ids.iter().enumerate() {
+                offsets[id] = self.engine.solution()[k];
+            }
+            let h = height(self.items, &offsets);
+            if h < self.best_height {
+                self.best = offsets;
+                self.best_height = h;
+            }
+        }
+        run
+    }
+
+    /// Every preorder once with `limit` nodes each.
+    fn attempt(&mut self, capacity: usize, limit: u64) -> Attempt {
+        for preorder in 0..PREORDERS.len() {
+            // The engine looks at the clock every 256 nodes; short runs
+            // would never see the deadline.
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Attempt::Stopped;
+            }
+            match self.run(capacity, preorder, limit) {
+                Run::Found => return Attempt::Found,
+                Run::Infeasible => return Attempt::Infeasible,
+                Run::Deadline => return Attempt::Stopped,
+                Run::NodeLimit if self.nodes_left == 0 => return Attempt::Stopped,
+                Run::NodeLimit => {}
+            }
+        }
+        Attempt::OutOfBudget
+    }
+
+    /// MiniMalloc's round robin with doubling node limits.
+    fn fit(&mut self, capacity: usize) -> Attempt {
+        let mut limit = (self.sweep.len() as u64).max(1);
+        loop {
+            limit = limit.saturating_mul(2);
+            match self.attempt(capacity, limit) {
+                Attempt::OutOfBudget => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Bisection between the proven bound `lo` and the best height;
+    /// returns the raised proven bound.
+    /// `lo` is a multiple of `step`; buffers that take no room keep the
+    /// height at least `floor`, so the search stops there.
+    fn minimize(&mut self, mut lo: usize, step: usize, floor: usize) -> usize {
+        let mut budget = (2 * self.sweep.len() as u64).max(64);
+        let mut soft = lo;
+        let mut first = true;
+        while lo < self.best_height && floor < self.best_height {
+            if soft >= self.best_height {
+                budget = budget.saturating_mul(2);
+                soft = lo;
+            }
+            let target = if first {
+                lo
+            } else {
+                // The highest multiple of `step` below the best height; `soft`
+                // is a multiple of `step` below it, so `soft <= top`.
+                let top = (self.best_height - 1) / step * step;
+                let mid = soft + (top - soft) / 2;
+                (mid - mid % step).max(soft)
+            };
+            first = false;
+            match self.attempt(target, budget) {
+                Attempt::Found => {}
+                Attempt::Infeasible => {
+                    lo = target + step;
+                    soft = soft.max(lo);
+                }
+                Attempt::OutOfBudget => soft = target + step,
+                Attempt::Stopped => break,
+            }
+        }
+        lo
+    }
+}
+
+/// Branch and bound over canonical placements (see the module docs),
+/// seeded with `incumbent` (greedy by size if it is `None` or invalid).
+///
+/// Problems with more than 4096 buffers that take room, or whose sizes add
+/// up to half of `usize` or more, are not searched: the incumbent comes
+/// back with status `Feasible` or `Unknown` (`Optimal` if it meets the
+/// lower bound).
+///
+/// With a capacity and `minimize == false`, stops at the first placement
+/// that fits; otherwise keeps lowering the height until it is proven
+/// optimal or a limit is reached. Always returns a valid placement: the
+/// best one seen.
+///
+/// ```
+/// use std::time::Duration;
+/// use tensor_arena::plan::placement::{Interval, SearchConfig, SearchStatus, search, validate};
+/// // Every greedy placer needs 8 bytes here; the optimum is 7.
+/// let items = [
+///     Interval { lower: 2, upper: 4, size: 4 },
+///     Interval { lower: 0, upper: 1, size: 4 },
+///     Interval { lower: 0, upper: 2, size: 2 },
+///     Interval { lower: 1, upper: 3, size: 1 },
+///     Interval { lower: 0, upper: 3, size: 1 },
+///     Interval { lower: 3, upper: 4, size: 3 },
+/// ];
+/// let config = SearchConfig { capacity: Some(7), ..SearchConfig::default() };
+/// let out = search(&items, None, &config);
+/// validate(&items, &out.offsets, Some(7))?;
+/// assert_eq!(out.status, SearchStatus::Optimal);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn search(
+    items: &[Interval],
+    incumbent: Option<&[usize]>,
+    config: &SearchConfig,
+) -> SearchOutcome {
+    let start = Instant::now();
+    let best = match incumbent {
+        Some(offsets) if validate(items, offsets, None).is_ok() => offsets.to_vec(),
+        _ => greedy(items, GreedyOrder::Size),
+    };
+    let best_height = height(items, &best);
+    // Trivial buffers sit at offset 0, so the largest one is a floor too.
+    let trivial_floor = items
+        .iter()
+        .filter(|it| it.is_trivial())
+        .map(|it| it.size)
+        .max()
+        .unwrap_or(0);
+    let step = items
+        .iter()
+        .filter(|it| !it.is_trivial())
+        .fold(0usize, |g, it| gcd(g, it.size))
+        .max(1);
+    // Canonical placements stack whole buffers, so the optimal height of
+    // the buffers that take room is a multiple of `step`.
+    let aligned_bound = lower_bound(items).div_ceil(step).saturating_mul(step);
+    let proven = aligned_bound.max(trivial_floor);
+    let mut outcome = SearchOutcome {
+        offsets: best,
+        height: best_height,
+        proven_bound: proven.min(best_height),
+        status: SearchStatus::Unknown,
+        nodes: 0,
+        elapsed: Duration::ZERO,
+    };
+    let fits = |h: usize| config.capacity.is_none_or(|c| h <= c);
+    let Ok(sweep) = Sweep::new(items) else {
+        // Too large to search: the incumbent is all there is.
+        outcome.status = if best_height <= proven {
+            SearchStatus::Optimal
+        } else if fits(best_height) {
+            SearchStatus::Feasible
+        } else {
+            SearchStatus::Unknown
+        };
+        outcome.elapsed = start.elapsed();
+        return outcome;
+    };
+    let mut driver = Driver {
+        items,
+        sweep: &sweep,
+        engine: Engine::new(&sweep),
+        deadline: start.checked_add(config.time_limit),
+        nodes_left: config.node_limit.unwrap_or(u64::MAX),
+        nodes: 0,
+        best: outcome.offsets,
+        best_height,
+    };
+    let mut status = None;
+    if let Some(capacity) = config.capacity
+        && driver.best_height > capacity
+    {
+        if trivial_floor > capacity {
+            status = Some(SearchStatus::Infeasible);
+        } else {
+            match driver.fit(capacity) {
+                Attempt::Found => {}
+                Attempt::Infeasible => status = Some(SearchStatus::Infeasible),
+                Attempt::OutOfBudget | Attempt::Stopped => status = Some(SearchStatus::Unknown),
+            }
+        }
+    }
+    let mut proven = proven;
+    if status.is_none() && (config.minimize || config.capacity.is_none()) {
+        proven = driver
+            .minimize(aligned_bound, step, trivial_floor)
+            .max(trivial_floor);
+    }
+    let status = status.unwrap_or(if driver.best_height <= proven {
+        SearchStatus::Optimal
+    } else {
+        SearchStatus::Feasible
+    });
+    if status == SearchStatus::Infeasible
+        && let Some(capacity) = config.capacity
+    {
+        proven = proven.max(capacity.saturating_add(1));
+    }
+    SearchOutcome {
+        proven_bound: proven.min(driver.best_height),
+        height: driver.best_height,
+        offsets: driver.best,
+        status,
+        nodes: driver.nodes,
+        elapsed: start.elapsed(),
+    }
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
+        Interval { lower, upper, size }
+    }
+
+    #[test]
+    fn gcd_of_sizes() {
+        assert_eq!(gcd(0, 12), 12);
+        assert_eq!(gcd(12, 18), 6);
+        assert_eq!(gcd(7, 1), 1);
+    }
+
+    #[test]
+    fn empty_and_trivial_problems() {
+        let out = search(&[], None, &SearchConfig::default());
+        assert_eq!(out.status, SearchStatus::Optimal);
+        assert!(out.offsets.is_empty());
+        let items = [iv(2, 2, 10), iv(0, 1, 0)];
+        let out = search(&items, None, &SearchConfig::default());
+        assert_eq!(out.offsets, vec![0, 0]);
+        assert_eq!(out.height, 10);
+        assert_eq!(out.status, SearchStatus::Optimal);
+    }
+
+    #[test]
+    fn infeasible_capacity_is_proven() {
+        let items = [iv(0, 2, 10), iv(1, 3, 10)];
+        let config = SearchConfig {
+            capacity: Some(15),
+            minimize: false,
+            ..SearchConfig::default()
+        };
+        let out = search(&items, None, &config);
+        assert_eq!(out.status, SearchStatus::Infeasible);
+        assert_eq!(out.height, 20, "the incumbent comes back");
+        validate(&items, &out.offsets, None).unwrap();
+    }
+
+    /// Every greedy placer (both rules, every order) needs 8; the optimum
+    /// is the lower bound, 7.
+    fn trap() -> [Interval; 6] {
+        [
+            iv(2, 4, 4),
+            iv(0, 1, 4),
+            iv(0, 2, 2),
+            iv(1, 3, 1),
+            iv(0, 3, 1),
+            iv(3, 4, 3),
+        ]
+    }
+
+    #[test]
+    fn greedy_trap_is_solved() {
+        let items = trap();
+        let (_, greedy_best) = super::super::best_of_orders(&items);
+        assert_eq!(height(&items, &greedy_best), 8);
+        let out = search(&items, Some(&greedy_best), &SearchConfig::default());
+        validate(&items, &out.offsets, None).unwrap();
+        assert_eq!(out.height, 7);
+        assert_eq!(out.height, lower_bound(&items));
+        assert_eq!(out.status, SearchStatus::Optimal);
+        // Fit mode stops at the first placement within the capacity.
+        let config = SearchConfig {
+            capacity: Some(7),
+            minimize: false,
+            ..SearchConfig::default()
+        };
+        let out = search(&items, Some(&greedy_best), &config);
+        assert_eq!(out.height, 7);
+        validate(&items, &out.offsets, Some(7)).unwrap();
+    }
+
+    #[test]
+    fn problems_beyond_the_limit_keep_the_incumbent() {
+        let items: Vec<Interval> = (0..4097).map(|i| iv(i, i + 3, 1 + i % 3)).collect();
+        let out = search(&items, None, &SearchConfig::default());
+        assert_eq!(out.nodes, 0);
+        validate(&items, &out.offsets, None).unwrap();
+        assert_eq!(out.offsets, greedy(&items, GreedyOrder::Size));
+        let huge = [iv(0, 2, usize::MAX / 2), iv(1, 3, 1)];
+        let out = search(&huge, None, &SearchConfig::default());
+        assert_eq!(out.nodes, 0);
+        validate(&huge, &out.offsets, None).unwrap();
+    }
+
+    #[test]
+    fn zero_time_limit_returns_the_incumbent() {
+        let items = trap();
+        let config = SearchConfig {
+            time_limit: Duration::ZERO,
+            ..SearchConfig::default()
+        };
+        let out = search(&items, None, &config);
+        validate(&items, &out.offsets, None).unwrap();
+        assert_eq!(out.status, SearchStatus::Feasible);
+        assert_eq!(out.nodes, 0);
+    }
+
+    #[test]
+    fn node_limit_stops_and_keeps_the_incumbent() {
+        let items: Vec<Interval> = (0..30)
+            .map(|i| iv(i % 7, i % 7 + 1 + i % 5, 3 + (i * 7919) % 17))
+            .collect();
+        let incumbent = greedy(&items, GreedyOrder::Size);
+        let config = SearchConfig {
+            node_limit: Some(1),
+            ..SearchConfig::default()
+        };
+        let out = search(&items, Some(&incumbent), &config);
+        assert!(out.nodes <= 1);
+        assert!(out.height <= height(&items, &incumbent));
+        validate(&items, &out.offsets, None).unwrap();
+    }
+}

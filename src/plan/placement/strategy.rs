@@ -1,0 +1,320 @@
+//! Choosing a placer: greedy, best of the greedy orders, the search, or an
+//! automatic choice, with an optional capacity and a time limit.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Greedy, Interval, SearchConfig, SearchStatus, best_of_orders, height, lower_bound, search,
+    total_size,
+};
+use crate::error::{Error, Result};
+
+/// The default time limit of the search.
+pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(10);
+
+/// Above this many buffers, [`StrategyKind::Auto`] and the search's seed use
+/// greedy by size alone instead of every greedy order.
+pub const AUTO_BEST_MAX: usize = 2048;
+
+/// Which placer [`solve`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategyKind {
+    /// Greedy by size with best-fit gaps (TFLite's and XLA's default).
+    Greedy,
+    /// Greedy in every [`GreedyOrder`](super::GreedyOrder) with both rules;
+    /// the lowest placement wins.
+    Best,
+    /// The branch and bound of [`search`], seeded with the best greedy
+    /// placement: fits the capacity, or minimises the height when no
+    /// capacity is given (or when `minimize` is set).
+    Search,
+    /// Best of orders (greedy by size above [`AUTO_BEST_MAX`] buffers), and
+    /// the search only when a capacity is given that greedy does not meet.
+    Auto,
+}
+
+impl StrategyKind {
+    /// The name the command line uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            StrategyKind::Greedy => "greedy",
+            StrategyKind::Best => "best",
+            StrategyKind::Search => "search",
+            StrategyKind::Auto => "auto",
+        }
+    }
+}
+
+impl std::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for StrategyKind {
+    type Err = String;
+
+    /// Parses `greedy`, `best`, `search` or `auto`.
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "greedy" => Ok(StrategyKind::Greedy),
+            "best" => Ok(StrategyKind::Best),
+            "search" => Ok(StrategyKind::Search),
+            "auto" => Ok(StrategyKind::Auto),
+            other => Err(format!(
+                "unknown strategy '{other}': expected greedy, best, search or auto"
+            )),
+        }
+    }
+}
+
+/// How to assign offsets: the placer, an optional capacity and the search's
+/// limits.
+///
+/// ```
+/// use std::time::Duration;
+/// use tensor_arena::plan::placement::{Strategy, StrategyKind};
+/// let s = Strategy::search()
+///     .with_capacity(1 << 20)
+///     .with_time_limit(Duration::from_secs(5));
+/// assert_eq!(s.kind, StrategyKind::Search);
+/// assert_eq!(s.capacity, Some(1 << 20));
+/// assert_eq!(Strategy::default().kind, StrategyKind::Auto);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Strategy {
+    /// The placer.
+    pub kind: StrategyKind,
+    /// Bytes the placement must fit in, if any.
+    pub capacity: Option<usize>,
+    /// Wall-clock limit for the whole placement (greedy runs to completion
+    /// regardless; the search stops at the limit with the best it has).
+    pub time_limit: Duration,
+    /// Let the search keep lowering the height after fitting the capacity.
+    pub minimize: bool,
+    /// Limit on search nodes, for reproducible results.
+    pub node_limit: Option<u64>,
+}
+
+impl Default for Strategy {
+    fn default() -> Self {
+        Strategy::auto()
+    }
+}
+
+impl Strategy {
+    const fn of(kind: StrategyKind) -> Strategy {
+        Strategy {
+            kind,
+            capacity: None,
+            time_limit: DEFAULT_TIME_LIMIT,
+            minimize: false,
+            node_limit: None,
+        }
+    }
+
+    /// Greedy by size.
+    pub const fn greedy() -> Strategy {
+        Strategy::of(StrategyKind::Greedy)
+    }
+
+    /// Best of every greedy order.
+    pub const fn best() -> Strategy {
+        Strategy::of(StrategyKind::Best)
+    }
+
+    /// The exact, anytime search.
+    pub const fn search() -> Strategy {
+        Strategy::of(StrategyKind::Search)
+    }
+
+    /// Greedy, and the search only for a capacity greedy misses.
+    pub const fn auto() -> Strategy {
+        Strategy::of(StrategyKind::Auto)
+    }
+
+    /// Sets the capacity.
+    pub const fn with_capacity(mut self, capacity: usize) -> Strategy {
+        self.capacity = Some(capacity);
+        self
+    }
+
+    /// Sets the time limit.
+    pub const fn with_time_limit(mut self, limit: Duration) -> Strategy {
+        self.time_limit = limit;
+        self
+    }
+
+    /// Makes the search minimise the height even when a capacity is met.
+    pub const fn minimizing(mut self) -> Strategy {
+        self.minimize = true;
+        self
+    }
+
+    /// Caps the search's nodes (the result no longer depends on timing
+    /// unless the time limit is reached first).
+    pub const fn with_node_limit(mut self, nodes: u64) -> Strategy {
+        self.node_limit = Some(nodes);
+        self
+    }
+}
+
+/// The result of [`solve`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Solution {
+    /// One offset per item.
+    pub offsets: Vec<usize>,
+    /// The largest `offset + size`.
+    pub height: usize,
+    /// The largest total of bytes alive at one time.
+    pub lower_bound: usize,
+    /// A proven lower bound on the optimal height (at least `lower_bound`;
+    /// raised when the search proves targets infeasible).
+    pub proven_bound: usize,
+    /// The capacity asked for.
+    pub capacity: Option<usize>,
+    /// Whether `height` is within the capacity (true without one).
+    pub fits: bool,
+    /// Whether `height` is proven minimal.
+    pub optimal: bool,
+    /// The greedy placer that produced `offsets`, when greedy did.
+    pub greedy: Option<Greedy>,
+    /// What the search established, when it ran.
+    pub search_status: Option<SearchStatus>,
+    /// Search nodes visited.
+    pub nodes: u64,
+    /// Time spent.
+    pub elapsed: Duration,
+}
+
+/// Assigns offsets to `items` by `strategy`. Every returned placement is
+/// valid (no two buffers alive together share a byte); whether it fits the
+/// capacity is in [`Solution::fits`].
+///
+/// Fails only if the sizes add up beyond `usize::MAX`.
+///
+/// ```
+/// use tensor_arena::plan::placement::{Interval, Strategy, solve, validate};
+/// let items = [
+///     Interval { lower: 0, upper: 2, size: 64 },
+///     Interval { lower: 1, upper: 3, size: 32 },
+///     Interval { lower: 2, upper: 4, size: 64 },
+/// ];
+/// let greedy = solve(&items, &Strategy::greedy())?;
+/// let best = solve(&items, &Strategy::best())?;
+/// assert!(best.height <= greedy.height);
+/// validate(&items, &best.offsets, None)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
+    let start = Instant::now();
+    if total_size(items).is_none() {
+        return Err(Error::SizeOverflow {
+            buffer: "<all buffers>".to_owned(),
+            shape: Vec::new(),
+            what: "the total size of all buffers",
+            limit: usize::MAX as u64,
+        });
+    }
+    let bound = lower_bound(items);
+    let all_orders = match strategy.kind {
+        StrategyKind::Greedy => false,
+        StrategyKind::Best => true,
+        StrategyKind::Search | StrategyKind::Auto => items.len() <= AUTO_BEST_MAX,
+    };
+    let (placer, offsets) = if all_orders {
+        best_of_orders(items)
+    } else {
+        (Greedy::BY_SIZE, Greedy::BY_SIZE.place(items))
+    };
+    let greedy_height = height(items, &offsets);
+    let fits = |h: usize| strategy.capacity.is_none_or(|c| h <= c);
+    let wants_search = match strategy.kind {
+        StrategyKind::Search => true,
+        StrategyKind::Auto => !fits(greedy_height),
+        StrategyKind::Greedy | StrategyKind::Best => false,
+    };
+    let mut solution = Solution {
+        height: greedy_height,
+        lower_bound: bound,
+        proven_bound: bound.min(greedy_height),
+        capacity: strategy.capacity,
+        fits: fits(greedy_height),
+        optimal: greedy_height <= bound,
+        greedy: Some(placer),
+        search_status: None,
+        nodes: 0,
+        elapsed: Duration::ZERO,
+        offsets,
+    };
+    if wants_search && !(solution.optimal && solution.fits) {
+        let config = SearchConfig {
+            capacity: strategy.capacity,
+            minimize: strategy.minimize || strategy.capacity.is_none(),
+            time_limit: strategy.time_limit.saturating_sub(start.elapsed()),
+            node_limit: strategy.node_limit,
+        };
+        let out = search(items, Some(&solution.offsets), &config);
+        if out.height < solution.height {
+            solution.offsets = out.offsets;
+            solution.height = out.height;
+            solution.greedy = None;
+        }
+        solution.fits = fits(solution.height);
+        solution.optimal = out.status == SearchStatus::Optimal;
+        solution.proven_bound = out.proven_bound;
+        solution.search_status = Some(out.status);
+        solution.nodes = out.nodes;
+    }
+    solution.elapsed = start.elapsed();
+    Ok(solution)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::validate;
+    use super::*;
+
+    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
+        Interval { lower, upper, size }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for kind in [
+            StrategyKind::Greedy,
+            StrategyKind::Best,
+            StrategyKind::Search,
+            StrategyKind::Auto,
+        ] {
+            assert_eq!(kind.name().parse::<StrategyKind>(), Ok(kind));
+        }
+        let err = "fast".parse::<StrategyKind>().unwrap_err();
+        assert!(err.contains("'fast'"), "{err}");
+    }
+
+    #[test]
+    fn overflowing_sizes_are_an_error() {
+        let items = [iv(0, 1, usize::MAX), iv(2, 3, 1)];
+        assert!(matches!(
+            solve(&items, &Strategy::greedy()),
+            Err(Error::SizeOverflow { .. })
+        ));
+    }
+
+    #[test]
+    fn auto_searches_only_for_an_unmet_capacity() {
+        let items = [iv(0, 2, 10), iv(1, 3, 10), iv(2, 4, 10)];
+        let plain = solve(&items, &Strategy::auto()).unwrap();
+        assert_eq!(plain.search_status, None);
+        assert!(plain.fits);
+        let tight = solve(&items, &Strategy::auto().with_capacity(15)).unwrap();
+        assert_eq!(tight.search_status, Some(SearchStatus::Infeasible));
+        assert!(!tight.fits);
+        validate(&items, &tight.offsets, None).unwrap();
+    }
+}
