@@ -2,8 +2,9 @@
 //! shape asked for, the phases it was alive in and, while recording, the
 //! host memory that serves it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -110,10 +111,14 @@ impl Site {
 }
 
 /// All sites of a recorder, in first-seen order, with a name index.
+///
+/// The index hashes with FxHash: names come from the program, not from an
+/// adversary, and a frozen step looks one up per request, so a hash of a
+/// few nanoseconds matters more than SipHash's flooding resistance.
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     pub sites: Vec<Site>,
-    index: HashMap<Arc<str>, u32>,
+    index: FxHashMap<Arc<str>, u32>,
 }
 
 impl Table {

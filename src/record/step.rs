@@ -44,7 +44,12 @@ impl<'r, D: Device> RecordStep<'r, D> {
             None => self.core.request::<T>(site, shape).map(SiteLease::pooled),
             Some((step, ids)) => {
                 let buffer = self.frozen_site::<T>(step, ids, site, shape)?;
-                let lease = step.lease(buffer)?.with_shape(shape)?;
+                let mut lease = step.lease(buffer)?;
+                // `frozen_site` checked the shape against the padded one:
+                // same rank, no dimension larger, so it fits the capacity.
+                lease.dims[..shape.len()].copy_from_slice(shape);
+                lease.ndim = shape.len() as u8;
+                lease.len = shape.iter().product();
                 Ok(SiteLease::planned(lease))
             }
         }
@@ -82,7 +87,12 @@ impl<'r, D: Device> RecordStep<'r, D> {
                 requested: T::DTYPE,
             });
         };
-        let padded = step.plan().buffers()[id.index()].padded_shape();
+        let Some(planned) = step.plan().buffers().get(id.index()) else {
+            return Err(Error::UnrecordedSite {
+                site: name.to_owned(),
+            });
+        };
+        let padded = planned.padded_shape();
         let fits =
             shape.len() == padded.len() && shape.iter().zip(padded.iter()).all(|(s, p)| s <= p);
         if !fits || shape.contains(&0) {
