@@ -124,9 +124,7 @@ fn step(c: &mut Criterion) {
         })
     });
     let (mut rec, bwd) = recorder();
-    g.bench_function("recording", |b| {
-        b.iter(|| rec.step(|s| rec_step(s, bwd)))
-    });
+    g.bench_function("recording", |b| b.iter(|| rec.step(|s| rec_step(s, bwd))));
     rec.freeze().expect("freeze");
     g.bench_function("frozen", |b| b.iter(|| rec.step(|s| rec_step(s, bwd))));
     g.finish();
