@@ -353,6 +353,63 @@ pub enum Error {
         reason: String,
     },
 
+    /// After a recorder froze its plan, a site asked for a shape larger
+    /// than any it asked for while recording.
+    #[error(
+        "site '{site}': shape {requested:?} exceeds the recorded maximum {recorded:?} (planned capacity {padded:?}); record steps of this size again (Recorder::rerecord) and re-plan with Recorder::freeze"
+    )]
+    ExceedsRecorded {
+        /// The site.
+        site: String,
+        /// The shape asked for now.
+        requested: Vec<usize>,
+        /// The largest shape recorded for the site (per dimension).
+        recorded: Vec<usize>,
+        /// The planned (padded) shape: the limit each dimension must stay within.
+        padded: Vec<usize>,
+    },
+
+    /// After a recorder froze its plan, a site asked for a buffer that was
+    /// never requested while recording.
+    #[error(
+        "site '{site}' was never requested while recording, so the frozen plan has no buffer for it; record it (Recorder::rerecord) and re-plan with Recorder::freeze"
+    )]
+    UnrecordedSite {
+        /// The site.
+        site: String,
+    },
+
+    /// A name that a set of specs, or a recorder, does not know.
+    #[error("no {kind} named '{name}' in {context}")]
+    UnknownName {
+        /// The name looked up.
+        name: String,
+        /// `buffer`, `phase` or `persistent buffer`.
+        kind: &'static str,
+        /// Where it was looked up.
+        context: &'static str,
+    },
+
+    /// A spec file (or set of specs) that cannot be read or does not fit.
+    #[error("specs from {source_name}: {reason}")]
+    InvalidSpecs {
+        /// The file path, or a description of where the specs came from.
+        source_name: String,
+        /// What is wrong, with the line and column where known.
+        reason: String,
+    },
+
+    /// Reading or writing a file failed.
+    #[error("cannot {operation} '{path}': {message}")]
+    Io {
+        /// `read` or `write`.
+        operation: &'static str,
+        /// The file.
+        path: String,
+        /// What the operating system reported.
+        message: String,
+    },
+
     /// An error reported by a device backend.
     #[error("device '{device}': {operation} failed: {message}")]
     Device {
@@ -385,17 +442,6 @@ pub enum Error {
         /// Where in it: a line number or a snapshot entry.
         location: String,
         /// What is wrong, with the value found.
-        message: String,
-    },
-
-    /// A file could not be read or written.
-    #[error("cannot {operation} '{path}': {message}")]
-    Io {
-        /// The file.
-        path: String,
-        /// "read" or "write".
-        operation: &'static str,
-        /// The operating system's message.
         message: String,
     },
 

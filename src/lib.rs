@@ -41,8 +41,9 @@
 //! ```
 //!
 //! Modules: [`plan`] (specs, placement, reports; pure computation),
-//! [`arena`] (slab, steps, leases, stats), [`device`] (the host device and
-//! the device trait; every `unsafe` of the crate lives there).
+//! [`arena`] (slab, steps, leases, stats), [`record`] (learn the specs from
+//! recorded steps, then plan them), [`device`] (the host device and the
+//! device trait; every `unsafe` of the crate lives there).
 
 pub mod arena;
 pub mod caching;
@@ -52,6 +53,7 @@ pub mod dtype;
 pub mod error;
 pub mod ops;
 pub mod plan;
+pub mod record;
 pub mod shape;
 pub mod units;
 
@@ -65,6 +67,7 @@ pub use half::{bf16, f16};
 pub use plan::{
     Buffer, BufferId, BufferSpec, Lifetime, Phase, Plan, PlannedBuffer, Planner, PlannerConfig,
 };
+pub use record::{Persistent, RecordStep, Recorder, SiteLease, SpecSet};
 pub use shape::{MAX_DIMS, Rounding, Shape};
 
 /// The README's code blocks, compiled and run as doc tests.

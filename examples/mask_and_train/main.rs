@@ -6,12 +6,15 @@
 //! ```sh
 //! cargo run --release --example mask_and_train
 //! cargo run --release --example mask_and_train -- --naive   # compare with the allocating loop
+//! cargo run --release --example mask_and_train -- --record 5 # learn the plan from 5 steps
 //! cargo run --release --example mask_and_train -- --help
 //! ```
 
 mod data;
 mod model;
 mod naive;
+mod record_train;
+mod recorded;
 mod train;
 
 use std::process::ExitCode;
@@ -40,6 +43,12 @@ OPTIONS:
                      lifetime ends (also TENSOR_ARENA_CHECKED=1)
     --naive          also run the same training written as an allocating loop
                      (new masks and temporaries every step) and compare step rates
+    --record N       learn the plan from the first N training steps (the model
+                     written against the recorder API) instead of the
+                     hand-written specs; print the learned specs and the plan
+    --save-specs F   with --record: write the learned specs to the TOML file F
+    --specs F        plan from the spec file F (written by --save-specs): the
+                     recorder-API model with no recording step
     -h, --help       this text
 ";
 
@@ -52,6 +61,9 @@ struct Args {
     log_every: usize,
     naive: bool,
     checked: bool,
+    record: Option<usize>,
+    save_specs: Option<String>,
+    specs: Option<String>,
 }
 
 fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
@@ -64,6 +76,9 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
         log_every: 50,
         naive: false,
         checked: std::env::var("TENSOR_ARENA_CHECKED").is_ok_and(|v| v == "1"),
+        record: None,
+        save_specs: None,
+        specs: None,
     };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -81,11 +96,25 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
             "--device" => a.device = value("--device")?,
             "--naive" => a.naive = true,
             "--checked" => a.checked = true,
+            "--record" => a.record = Some(number("--record", value("--record")?)? as usize),
+            "--save-specs" => a.save_specs = Some(value("--save-specs")?),
+            "--specs" => a.specs = Some(value("--specs")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
     if a.steps == 0 || a.batch == 0 {
         return Err("--steps and --batch must be at least 1".into());
+    }
+    if a.record == Some(0) {
+        return Err("--record needs at least 1 step".into());
+    }
+    if a.record.is_some() && a.specs.is_some() {
+        return Err(
+            "--record and --specs exclude each other: learn the specs, or load them".into(),
+        );
+    }
+    if a.save_specs.is_some() && a.record.is_none() {
+        return Err("--save-specs needs --record N (the specs it saves are learned)".into());
     }
     Ok(Some(a))
 }
@@ -133,10 +162,52 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         cfg.threads,
         if cfg.checked { ", checked mode" } else { "" }
     );
-    let report = train::train_arena(&cfg, |event| match event {
+    let on = |event: train::Event<'_>| match event {
         train::Event::Plan(plan) => println!("{plan}"),
         train::Event::Progress(p) => line(p),
-    })?;
+    };
+    let source = match (&args.record, &args.specs) {
+        (Some(n), _) => Some(record_train::Source::Record(*n)),
+        (None, Some(path)) => {
+            println!("plan from the spec file {path} (no recording step)");
+            Some(record_train::Source::Preload(tensor_arena::SpecSet::load(
+                path,
+            )?))
+        }
+        (None, None) => None,
+    };
+    let report = match source {
+        None => train::train_arena(&cfg, on)?,
+        Some(source) => {
+            let save = args.save_specs.clone();
+            let mut saved = Ok(());
+            let (report, recorder) =
+                record_train::train_recorded(&cfg, source, on, |note| match note {
+                    record_train::Note::Specs(specs, steps) => {
+                        println!("specs learned over {steps} recorded steps, to be planned:");
+                        println!("{specs}");
+                        if let Some(path) = &save {
+                            saved = specs.save(path);
+                            if saved.is_ok() {
+                                println!("saved the learned specs to {path}\n");
+                            }
+                        }
+                    }
+                    record_train::Note::Rerecord(e) => {
+                        println!("re-recording one step and re-planning: {e}");
+                    }
+                })?;
+            saved?;
+            println!(
+                "recorder: {} recorded steps, {} pool requests, {} pool allocations, {} plan(s)",
+                recorder.recorded_steps,
+                recorder.pool_requests,
+                recorder.pool_allocations,
+                recorder.plans
+            );
+            report
+        }
+    };
     println!();
     println!("{}", report.memory_summary);
     if cfg.checked {

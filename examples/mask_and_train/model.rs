@@ -132,17 +132,8 @@ impl Net {
             classes: c,
             ..
         } = self.sizes;
-        let uniform = |n: usize, fan_in: usize, stream: u64| -> Vec<f32> {
-            let bound = (6.0 / fan_in as f32).sqrt();
-            (0..n as u64)
-                .map(|i| {
-                    let w = tensor_arena::ops::philox::stream_word(seed ^ stream, i);
-                    ((w >> 8) as f32 / 16_777_216.0 * 2.0 - 1.0) * bound
-                })
-                .collect()
-        };
-        arena.write(self.w1.value, &uniform(f * h, f, 1))?;
-        arena.write(self.w2.value, &uniform(h * c, h, 2))?;
+        arena.write(self.w1.value, &uniform(f * h, f, seed ^ 1))?;
+        arena.write(self.w2.value, &uniform(h * c, h, seed ^ 2))?;
         for p in [self.w1, self.b1, self.w2, self.b2] {
             let n = arena.plan().buffer(p.value.id())?.capacity();
             let zeros = vec![0.0; n];
@@ -377,7 +368,7 @@ struct Forward<'s> {
 }
 
 /// Copies the batch's tokens into `x` (`[B*L, F]`), zero past each length.
-fn load_tokens(data: &Dataset, batch: &Batch<'_>, x: &mut [f32]) {
+pub fn load_tokens(data: &Dataset, batch: &Batch<'_>, x: &mut [f32]) {
     let (f, l) = (data.features, batch.len);
     for (k, &sample) in batch.samples.iter().enumerate() {
         let len = data.lengths[sample];
@@ -389,7 +380,7 @@ fn load_tokens(data: &Dataset, batch: &Batch<'_>, x: &mut [f32]) {
 }
 
 /// `pooled[b] = mean(h[b, t] for t < len_b)`.
-fn mean_pool(h: &[f32], lengths: &[i32], l: usize, hd: usize, pooled: &mut [f32]) {
+pub fn mean_pool(h: &[f32], lengths: &[i32], l: usize, hd: usize, pooled: &mut [f32]) {
     for (k, (out, &len)) in pooled.chunks_exact_mut(hd).zip(lengths).enumerate() {
         out.fill(0.0);
         for t in 0..len as usize {
@@ -403,7 +394,7 @@ fn mean_pool(h: &[f32], lengths: &[i32], l: usize, hd: usize, pooled: &mut [f32]
 
 /// The gradient of `mean_pool`: `dh[b, t] = dpooled[b] / len_b` for real
 /// tokens, 0 for padding.
-fn unpool(dpooled: &[f32], lengths: &[i32], l: usize, hd: usize, dh: &mut [f32]) {
+pub fn unpool(dpooled: &[f32], lengths: &[i32], l: usize, hd: usize, dh: &mut [f32]) {
     for (k, (g, &len)) in dpooled.chunks_exact(hd).zip(lengths).enumerate() {
         let inv = 1.0 / len as f32;
         for t in 0..l {
@@ -419,7 +410,7 @@ fn unpool(dpooled: &[f32], lengths: &[i32], l: usize, hd: usize, dh: &mut [f32])
 
 /// Adds the bias, replaces logits by softmax probabilities, and returns the
 /// summed cross-entropy and the number of correct predictions.
-fn softmax_xent(logits: &mut [f32], bias: &[f32], labels: &[i32], c: usize) -> StepStats {
+pub fn softmax_xent(logits: &mut [f32], bias: &[f32], labels: &[i32], c: usize) -> StepStats {
     let mut stats = StepStats::default();
     for (row, &y) in logits.chunks_exact_mut(c).zip(labels) {
         row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
@@ -443,7 +434,7 @@ fn softmax_xent(logits: &mut [f32], bias: &[f32], labels: &[i32], c: usize) -> S
 }
 
 /// `out[j] = sum over rows of m[row, j]`.
-fn column_sums(m: &[f32], cols: usize, out: &mut [f32]) {
+pub fn column_sums(m: &[f32], cols: usize, out: &mut [f32]) {
     out.fill(0.0);
     for row in m.chunks_exact(cols) {
         out.iter_mut().zip(row).for_each(|(o, v)| *o += v);
@@ -453,24 +444,40 @@ fn column_sums(m: &[f32], cols: usize, out: &mut [f32]) {
 /// One Adam update of a parameter from its gradient (bias-corrected,
 /// beta1 0.9, beta2 0.999).
 fn adam(s: &Step<'_, HostDevice>, p: Param, lr: f32, t: u32) -> Result<()> {
-    const B1: f32 = 0.9;
-    const B2: f32 = 0.999;
     let mut w = s.lease(p.value)?;
     let g = s.lease(p.grad)?;
     let mut m = s.lease(p.m)?;
     let mut v = s.lease(p.v)?;
-    let step_size = lr * (1.0 - B2.powi(t as i32)).sqrt() / (1.0 - B1.powi(t as i32));
     update(
         w.as_mut_slice(),
         g.as_slice(),
         m.as_mut_slice(),
         v.as_mut_slice(),
-        step_size,
+        adam_step_size(lr, t),
     );
     Ok(())
 }
 
-fn update(w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], step_size: f32) {
+/// Adam's bias-corrected step size at step `t` (beta1 0.9, beta2 0.999).
+pub fn adam_step_size(lr: f32, t: u32) -> f32 {
+    const B1: f32 = 0.9;
+    const B2: f32 = 0.999;
+    lr * (1.0 - B2.powi(t as i32)).sqrt() / (1.0 - B1.powi(t as i32))
+}
+
+/// `n` initial weights, uniform in `±sqrt(6 / fan_in)`, from the Philox
+/// stream of `stream_seed`.
+pub fn uniform(n: usize, fan_in: usize, stream_seed: u64) -> Vec<f32> {
+    let bound = (6.0 / fan_in as f32).sqrt();
+    (0..n as u64)
+        .map(|i| {
+            let w = tensor_arena::ops::philox::stream_word(stream_seed, i);
+            ((w >> 8) as f32 / 16_777_216.0 * 2.0 - 1.0) * bound
+        })
+        .collect()
+}
+
+pub fn update(w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], step_size: f32) {
     for (((w, g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
         *m = 0.9 * *m + 0.1 * g;
         *v = 0.999 * *v + 0.001 * g * g;

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use tensor_arena::{Arena, ArenaOptions, CountingAllocator, Device, HostDevice, Planner, Result};
 
-use crate::data::{Dataset, Loader};
+use crate::data::{Batch, Dataset, Loader};
 use crate::model::{Hyper, Net, Sizes, StepStats};
 
 /// Everything a run depends on.
@@ -68,7 +68,8 @@ pub fn datasets(cfg: &Config) -> (Dataset, Dataset) {
 
 /// What the driver reports while it runs.
 pub enum Event<'a> {
-    /// The plan, right after planning (before the slab is reserved).
+    /// The plan, right after planning (before the slab is reserved, when
+    /// declared by hand; right after freezing, when learned).
     Plan(&'a tensor_arena::Plan),
     /// A progress line.
     Progress(&'a Progress),
@@ -91,8 +92,10 @@ pub struct Report {
     pub eval_loss: f64,
     pub eval_accuracy: f64,
     pub steps_per_sec: f64,
-    /// Heap allocations and device allocation calls summed over every step
-    /// after the first, and the number of those steps.
+    /// Heap allocations and device allocation calls summed over every
+    /// steady-state step (every step after the first with hand-written
+    /// specs; every step after freezing with learned ones), and the number
+    /// of those steps.
     pub steady_heap_allocs: u64,
     pub steady_device_allocs: u64,
     pub steady_steps: u64,
@@ -102,17 +105,79 @@ pub struct Report {
     pub guard_violations: Vec<String>,
 }
 
+/// A model on its memory, as the training loop drives it.
+pub trait Trainer {
+    /// One training step.
+    fn train_step(&mut self, data: &Dataset, batch: &Batch<'_>, hyper: &Hyper)
+    -> Result<StepStats>;
+    /// Loss and accuracy on a batch, without masking, dropout or update.
+    fn evaluate(&mut self, data: &Dataset, batch: &Batch<'_>) -> Result<StepStats>;
+    /// Whether step `step` (1-based, about to run) counts as steady state.
+    fn steady(&self, step: usize) -> bool;
+    /// Called after every training step, outside the measured region.
+    fn after_step(&mut self, _on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
+        Ok(())
+    }
+    /// Called once before the held-out evaluation.
+    fn before_eval(&mut self, _on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
+        Ok(())
+    }
+    /// Device allocation calls so far.
+    fn device_allocs(&self) -> u64;
+    fn memory_summary(&self) -> String;
+    fn checksum(&mut self) -> Result<f64>;
+    /// Checked mode: what the guards caught (empty when all is well or
+    /// when the model does not run in checked mode).
+    fn guard_violations(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The hand-written model on its planned arena.
+struct ArenaTrainer {
+    net: Net,
+    arena: Arena<HostDevice>,
+    device: HostDevice,
+}
+
+impl Trainer for ArenaTrainer {
+    fn train_step(
+        &mut self,
+        data: &Dataset,
+        batch: &Batch<'_>,
+        hyper: &Hyper,
+    ) -> Result<StepStats> {
+        self.net.train_step(&mut self.arena, data, batch, hyper)
+    }
+    fn evaluate(&mut self, data: &Dataset, batch: &Batch<'_>) -> Result<StepStats> {
+        self.net.evaluate(&mut self.arena, data, batch)
+    }
+    fn steady(&self, step: usize) -> bool {
+        step > 1
+    }
+    fn device_allocs(&self) -> u64 {
+        self.device.counters().alloc_calls
+    }
+    fn memory_summary(&self) -> String {
+        self.arena.memory_summary()
+    }
+    fn checksum(&mut self) -> Result<f64> {
+        self.net.checksum(&mut self.arena)
+    }
+    fn guard_violations(&mut self) -> Vec<String> {
+        let found = self.arena.verify().err().map(|e| e.to_string());
+        found.into_iter().collect()
+    }
+}
+
 /// Trains on the arena, reporting the plan and, every `log_every` steps,
 /// progress (outside the measured region).
 pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report> {
-    let mut sizes = cfg.sizes;
-    sizes.max_batch = cfg.batch;
-    sizes.max_len = sizes.max_len.next_multiple_of(16);
-    let (train, eval) = datasets(cfg);
+    let sizes = padded_sizes(cfg);
 
     // Startup: declare, plan, reserve.
     let mut planner = Planner::new();
-    let mut net = Net::declare(&mut planner, sizes)?;
+    let net = Net::declare(&mut planner, sizes)?;
     let plan = planner.plan()?;
     on(Event::Plan(&plan));
     let device = HostDevice::new().with_threads(cfg.threads)?;
@@ -122,7 +187,23 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
     let mut arena = Arena::with_options(device.clone(), plan, options)?;
     arena.set_seed(cfg.seed);
     net.init(&mut arena, cfg.seed)?;
+    let mut trainer = ArenaTrainer { net, arena, device };
+    run(cfg, &mut trainer, &mut on)
+}
 
+/// The model's sizes for a run: the largest batch, and the longest
+/// sequence bucketed up to a multiple of 16.
+pub fn padded_sizes(cfg: &Config) -> Sizes {
+    let mut sizes = cfg.sizes;
+    sizes.max_batch = cfg.batch;
+    sizes.max_len = sizes.max_len.next_multiple_of(16);
+    sizes
+}
+
+/// The training loop: trains, measures allocations per steady-state step,
+/// then evaluates on the held-out set.
+pub fn run(cfg: &Config, model: &mut dyn Trainer, on: &mut dyn FnMut(Event<'_>)) -> Result<Report> {
+    let (train, eval) = datasets(cfg);
     let mut loader = Loader::new(train.len(), cfg.batch, cfg.seed);
     let log_every = cfg.log_every.max(1);
     let mut window_losses = Vec::with_capacity(cfg.steps / log_every + 1);
@@ -132,15 +213,17 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
     let started = Instant::now();
     let mut window_start = Instant::now();
     for step in 1..=cfg.steps {
+        let measured = model.steady(step);
         let heap_before = CountingAllocator::thread_counts().allocations;
-        let dev_before = device.counters().alloc_calls;
+        let dev_before = model.device_allocs();
         let batch = loader.next(&train);
-        let stats = net.train_step(&mut arena, &train, &batch, &cfg.hyper)?;
-        if step > 1 {
+        let stats = model.train_step(&train, &batch, &cfg.hyper)?;
+        if measured {
             heap += CountingAllocator::thread_counts().allocations - heap_before;
-            dev_allocs += device.counters().alloc_calls - dev_before;
+            dev_allocs += model.device_allocs() - dev_before;
             steady += 1;
         }
+        model.after_step(on)?;
         window.loss_sum += stats.loss_sum;
         window.correct += stats.correct;
         window.samples += stats.samples;
@@ -162,11 +245,12 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
     let steps_per_sec = cfg.steps as f64 / started.elapsed().as_secs_f64();
 
     // Held-out evaluation: no masking, no dropout, no update.
+    model.before_eval(on)?;
     let mut eval_loader = Loader::new(eval.len(), cfg.batch, cfg.seed ^ 1);
     let mut total = StepStats::default();
     for _ in 0..eval.len().div_ceil(cfg.batch) {
         let batch = eval_loader.next(&eval);
-        let s = net.evaluate(&mut arena, &eval, &batch)?;
+        let s = model.evaluate(&eval, &batch)?;
         total.loss_sum += s.loss_sum;
         total.correct += s.correct;
         total.samples += s.samples;
@@ -181,15 +265,8 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
         steady_heap_allocs: heap,
         steady_device_allocs: dev_allocs,
         steady_steps: steady,
-        memory_summary: arena.memory_summary(),
-        checksum: net.checksum(&mut arena)?,
-        guard_violations: {
-            arena
-                .verify()
-                .err()
-                .map(|e| e.to_string())
-                .into_iter()
-                .collect()
-        },
+        memory_summary: model.memory_summary(),
+        checksum: model.checksum()?,
+        guard_violations: model.guard_violations(),
     })
 }

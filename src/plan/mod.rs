@@ -13,6 +13,7 @@ mod report;
 mod spec;
 
 pub use planned::{LifetimeKind, PlacementSummary, Plan, PlannedBuffer};
+pub(crate) use planner::next_owner_id;
 pub use planner::{DEFAULT_OFFSET_ALIGN, MIN_OFFSET_ALIGN, Planner, PlannerConfig};
 pub use report::{BufferReport, PlanReport};
 pub use spec::{Buffer, BufferId, BufferSpec, Lifetime, Phase};

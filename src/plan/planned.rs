@@ -36,6 +36,9 @@ pub struct PlannedBuffer {
     pub(crate) kind: LifetimeKind,
     pub(crate) first_phase: usize,
     pub(crate) last_phase: usize,
+    /// Steps a recorder learned the spec from; `None` when declared by hand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) recorded_steps: Option<u64>,
 }
 
 impl PlannedBuffer {
@@ -91,6 +94,11 @@ impl PlannedBuffer {
     /// buffers are alive in all of them).
     pub fn overlaps_in_time(&self, other: &PlannedBuffer) -> bool {
         self.interval().overlaps_in_time(&other.interval())
+    }
+    /// Number of recorded steps the spec was learned from, or `None` if it
+    /// was declared by hand.
+    pub fn recorded_steps(&self) -> Option<u64> {
+        self.recorded_steps
     }
     /// Byte range in the slab.
     pub fn range(&self) -> std::ops::Range<usize> {

@@ -46,6 +46,12 @@ impl Default for PlannerConfig {
 
 static NEXT_PLANNER_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A fresh identity for a planner or for anything that hands out phase and
+/// buffer handles of its own (a recorder), so handles never cross owners.
+pub(crate) fn next_owner_id() -> u64 {
+    NEXT_PLANNER_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Collects phases and buffer specs, then assigns every buffer an offset in
 /// one slab.
 ///
@@ -92,7 +98,7 @@ impl Planner {
     /// dimension padded to 16).
     pub fn new() -> Planner {
         Planner {
-            id: NEXT_PLANNER_ID.fetch_add(1, Ordering::Relaxed),
+            id: next_owner_id(),
             config: PlannerConfig::default(),
             phases: Vec::new(),
             specs: Vec::new(),
@@ -263,6 +269,7 @@ impl Planner {
                     kind,
                     first_phase: first,
                     last_phase: last,
+                    recorded_steps: d.spec.recorded_steps,
                 }
             })
             .collect();

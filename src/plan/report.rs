@@ -26,6 +26,10 @@ pub struct BufferReport {
     pub offset: usize,
     /// `persistent`, `step`, or `first..last` phase names.
     pub lifetime: String,
+    /// Steps a [`Recorder`](crate::record::Recorder) learned the spec from;
+    /// absent for specs declared by hand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_steps: Option<u64>,
 }
 
 /// A serialisable summary of a [`Plan`] (`serde_json::to_string(&plan.report())`).
@@ -66,6 +70,7 @@ impl Plan {
                     slab_bytes: b.size,
                     offset: b.offset,
                     lifetime: self.lifetime_label(b),
+                    recorded_steps: b.recorded_steps,
                 })
                 .collect(),
             slab_bytes: self.slab_bytes,
@@ -94,10 +99,17 @@ impl Plan {
 }
 
 impl fmt::Display for Plan {
-    /// A table: one line per buffer, then the slab totals.
+    /// A table: one line per buffer, then the slab totals. When some specs
+    /// were learned by a recorder, an `origin` column says which, and over
+    /// how many steps; plans declared by hand print without it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let report = self.report();
-        let header = [
+        let recorded = report
+            .buffers
+            .iter()
+            .filter(|b| b.recorded_steps.is_some())
+            .count();
+        let mut header = vec![
             "buffer",
             "dtype",
             "shape",
@@ -107,11 +119,14 @@ impl fmt::Display for Plan {
             "offset",
             "lifetime",
         ];
-        let rows: Vec<[String; 8]> = report
+        if recorded > 0 {
+            header.push("origin");
+        }
+        let rows: Vec<Vec<String>> = report
             .buffers
             .iter()
             .map(|b| {
-                [
+                let mut row = vec![
                     b.name.clone(),
                     b.dtype.clone(),
                     format!("{:?}", b.shape),
@@ -120,10 +135,14 @@ impl fmt::Display for Plan {
                     b.slab_bytes.to_string(),
                     b.offset.to_string(),
                     b.lifetime.clone(),
-                ]
+                ];
+                if recorded > 0 {
+                    row.push(origin_label(b.recorded_steps));
+                }
+                row
             })
             .collect();
-        let mut widths = header.map(str::len);
+        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(cell.len());
@@ -140,8 +159,8 @@ impl fmt::Display for Plan {
             rows.len(),
             report.offset_align
         )?;
-        let line = |f: &mut fmt::Formatter<'_>, cells: [&str; 8]| -> fmt::Result {
-            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+        let line = |f: &mut fmt::Formatter<'_>, cells: &[&str]| -> fmt::Result {
+            for (i, (cell, &w)) in cells.iter().zip(&widths).enumerate() {
                 // Names and shapes read left to right; numbers line up on the right.
                 if i == cells.len() - 1 {
                     write!(f, "{cell}")?;
@@ -153,9 +172,10 @@ impl fmt::Display for Plan {
             }
             writeln!(f)
         };
-        line(f, header)?;
+        line(f, &header)?;
         for row in &rows {
-            line(f, row.each_ref().map(String::as_str))?;
+            let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+            line(f, &cells)?;
         }
         writeln!(
             f,
@@ -167,7 +187,35 @@ impl fmt::Display for Plan {
             report.footprint_ratio,
             format_bytes(report.persistent_bytes as u64),
             format_bytes(report.padding_waste as u64),
-        )
+        )?;
+        if recorded > 0 {
+            // One recorder learns all its specs over the same steps; specs
+            // merged from several sources may differ, so list each count.
+            let mut steps: Vec<u64> = report
+                .buffers
+                .iter()
+                .filter_map(|b| b.recorded_steps)
+                .collect();
+            steps.sort_unstable();
+            steps.dedup();
+            let steps: Vec<String> = steps.iter().map(u64::to_string).collect();
+            writeln!(
+                f,
+                "specs: {recorded} of {} learned by recording ({} steps), {} declared by hand",
+                rows.len(),
+                steps.join(", "),
+                rows.len() - recorded
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn origin_label(recorded_steps: Option<u64>) -> String {
+    match recorded_steps {
+        Some(1) => "recorded, 1 step".to_owned(),
+        Some(n) => format!("recorded, {n} steps"),
+        None => "declared".to_owned(),
     }
 }
 
@@ -192,5 +240,33 @@ mod tests {
         let json = serde_json::to_value(plan.report()).unwrap();
         assert_eq!(json["buffers"][1]["lifetime"], "forward..backward");
         assert_eq!(json["slab_bytes"], plan.slab_bytes());
+        assert!(json["buffers"][0].get("recorded_steps").is_none());
+        assert!(
+            !text.contains("origin") && !text.contains("specs:"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn recorded_specs_get_an_origin_column() {
+        let mut p = Planner::new();
+        p.persistent::<f32>("weights", &[10, 10]).unwrap();
+        p.declare::<f32>(crate::BufferSpec::of::<f32>("act", &[4, 10]).recorded(12))
+            .unwrap();
+        let plan = p.plan().unwrap();
+        let text = plan.to_string();
+        let header = text.lines().nth(1).unwrap();
+        assert!(header.ends_with("origin"), "{text}");
+        assert!(text.lines().nth(2).unwrap().ends_with("declared"), "{text}");
+        assert!(
+            text.lines().nth(3).unwrap().ends_with("recorded, 12 steps"),
+            "{text}"
+        );
+        assert!(
+            text.contains("specs: 1 of 2 learned by recording (12 steps), 1 declared by hand"),
+            "{text}"
+        );
+        let json = serde_json::to_value(plan.report()).unwrap();
+        assert_eq!(json["buffers"][1]["recorded_steps"], 12);
     }
 }

@@ -73,6 +73,9 @@ pub struct BufferSpec {
     pub(crate) shape: Dims,
     pub(crate) lifetime: Lifetime,
     pub(crate) rounding: Option<Rounding>,
+    /// Number of recorded steps the spec was learned from (`None`: declared
+    /// by hand).
+    pub(crate) recorded_steps: Option<u64>,
 }
 
 impl BufferSpec {
@@ -84,6 +87,7 @@ impl BufferSpec {
             shape: max_shape.iter().copied().collect(),
             lifetime: Lifetime::Step,
             rounding: None,
+            recorded_steps: None,
         }
     }
 
@@ -102,6 +106,18 @@ impl BufferSpec {
     pub fn rounding(mut self, rounding: Rounding) -> BufferSpec {
         self.rounding = Some(rounding);
         self
+    }
+
+    /// Marks the spec as learned from `steps` recorded steps (see
+    /// [`Recorder`](crate::record::Recorder)); the plan report shows it.
+    pub fn recorded(mut self, steps: u64) -> BufferSpec {
+        self.recorded_steps = Some(steps);
+        self
+    }
+
+    /// Steps the spec was learned from, or `None` if it was declared by hand.
+    pub fn recorded_steps(&self) -> Option<u64> {
+        self.recorded_steps
     }
 
     /// The buffer's name.

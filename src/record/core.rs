@@ -1,0 +1,191 @@
+//! The recorder's state shared with its steps and leases: the site table,
+//! and, while recording, the current phase, the random stream and the pool
+//! counters. Steps reach it through `&`, so everything that changes inside
+//! a step sits in a `Cell` or `RefCell` whose borrows never outlive a call.
+
+use std::cell::{Cell, RefCell};
+
+use super::lease::Pooled;
+use super::site::{self, Life, Site, Table};
+use crate::dtype::Element;
+use crate::error::{Available, Error, Result};
+use crate::ops::RngState;
+use crate::plan::PlannerConfig;
+
+/// Running totals of the recording pool.
+#[derive(Debug, Default)]
+pub(crate) struct PoolCounters {
+    pub requests: Cell<u64>,
+    pub allocations: Cell<u64>,
+    pub bytes: Cell<u64>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Core {
+    /// Identity of the recorder's phase and buffer handles.
+    pub id: u64,
+    pub config: PlannerConfig,
+    pub phases: Vec<String>,
+    pub table: RefCell<Table>,
+    /// Phase of the open recording step.
+    pub phase: Cell<usize>,
+    /// Random stream position while recording (the arena holds it once
+    /// frozen).
+    pub rng: Cell<RngState>,
+    pub pool: PoolCounters,
+}
+
+impl Core {
+    pub fn new(id: u64, config: PlannerConfig) -> Core {
+        Core {
+            id,
+            config,
+            phases: Vec::new(),
+            table: RefCell::new(Table::default()),
+            phase: Cell::new(0),
+            rng: Cell::new(RngState::default()),
+            pool: PoolCounters::default(),
+        }
+    }
+
+    /// The lifetime of a request made now: the current phase, or the whole
+    /// step when no phases are declared.
+    fn life_now(&self) -> Life {
+        if self.phases.is_empty() {
+            Life::Step
+        } else {
+            let p = self.phase.get();
+            Life::Span(p, p)
+        }
+    }
+
+    /// Serves a temporary of `shape` for `name` from the pool, recording
+    /// the request. Fails, recording nothing, if the request does not fit
+    /// the site's earlier ones (element type, number of dimensions) or the
+    /// site is already leased.
+    pub fn request<T: Element>(&self, name: &str, shape: &[usize]) -> Result<Pooled<'_, T>> {
+        let default = self.config.default_rounding;
+        let mut table = self.table.borrow_mut();
+        let index = match table.find(name) {
+            Some(i) => {
+                let site = &table.sites[i];
+                if site.is_persistent() {
+                    return Err(persistent_by_name(name, shape));
+                }
+                site.check_compatible(T::DTYPE, shape)?;
+                i
+            }
+            None => {
+                if name.is_empty() {
+                    return Err(Error::EmptyName);
+                }
+                if self.phases.iter().any(|p| p == name) {
+                    return Err(Error::DuplicateName {
+                        name: name.to_owned(),
+                    });
+                }
+                site::padded(name, shape, default)?;
+                table.insert(Site::temp(name, T::DTYPE, shape, self.life_now()))?
+            }
+        };
+        let site = &mut table.sites[index];
+        if site.live {
+            return Err(Error::AlreadyLeased {
+                buffer: name.to_owned(),
+            });
+        }
+        let padded = site::padded(name, shape, site.rounding.unwrap_or(default))?;
+        self.ensure_capacity(site, padded.elements())?;
+        site.widen(shape);
+        site.life = site.life.union(self.life_now());
+        site.requests += 1;
+        site.live = true;
+        self.pool.requests.set(self.pool.requests.get() + 1);
+        Ok(Pooled::new(self, index, site, shape, padded))
+    }
+
+    /// Leases the declared persistent buffer `index` from the pool.
+    pub fn lease_persistent<T: Element>(&self, index: usize) -> Result<Pooled<'_, T>> {
+        let default = self.config.default_rounding;
+        let mut table = self.table.borrow_mut();
+        let site = table.sites.get_mut(index).ok_or(Error::ForeignHandle {
+            index,
+            owner: "recorder",
+        })?;
+        if site.live {
+            return Err(Error::AlreadyLeased {
+                buffer: site.name.to_string(),
+            });
+        }
+        let shape = site.max.clone();
+        let padded = site::padded(&site.name, &shape, site.rounding.unwrap_or(default))?;
+        self.ensure_capacity(site, padded.elements())?;
+        site.live = true;
+        Ok(Pooled::new(self, index, site, &shape, padded))
+    }
+
+    /// Grows the site's pool memory to hold `elements` (zero-filled), the
+    /// only place the pool allocates.
+    pub fn ensure_capacity(&self, site: &mut Site, elements: usize) -> Result<()> {
+        let oom = |needed| Error::OutOfMemory {
+            device: "recording pool".to_owned(),
+            needed,
+            available: Available::Unknown,
+        };
+        let bytes = elements
+            .checked_mul(site.dtype.size())
+            .ok_or_else(|| oom(usize::MAX))?;
+        let words = bytes.div_ceil(8);
+        if site.data.len() < words {
+            let more = words - site.data.len();
+            site.data.try_reserve_exact(more).map_err(|_| oom(bytes))?;
+            site.data.resize(words, 0);
+            self.pool.allocations.set(self.pool.allocations.get() + 1);
+            self.pool
+                .bytes
+                .set(self.pool.bytes.get() + (more * 8) as u64);
+        }
+        Ok(())
+    }
+
+    /// Takes back a pooled lease's memory and records the phase it ended in.
+    pub fn release(&self, index: usize, data: Vec<u64>) {
+        let phase = self.phase.get();
+        // Never contended: no borrow of the table outlives a call.
+        if let Ok(mut table) = self.table.try_borrow_mut()
+            && let Some(site) = table.sites.get_mut(index)
+        {
+            site.data = data;
+            site.live = false;
+            if let Life::Span(first, last) = site.life {
+                site.life = Life::Span(first, last.max(phase));
+            }
+        }
+    }
+
+    /// Starts a recording step: first phase, and no site leased (leases
+    /// leaked with `mem::forget` took their memory with them; the site
+    /// allocates afresh).
+    pub fn begin_recording_step(&self) {
+        self.phase.set(0);
+        for site in self.table.borrow_mut().sites.iter_mut() {
+            site.live = false;
+        }
+    }
+
+    /// Name of the current recording phase.
+    pub fn phase_name(&self) -> &str {
+        self.phases
+            .get(self.phase.get())
+            .map_or("step", String::as_str)
+    }
+}
+
+#[cold]
+pub(crate) fn persistent_by_name(name: &str, shape: &[usize]) -> Error {
+    Error::InvalidView {
+        buffer: name.to_owned(),
+        shape: shape.to_vec(),
+        reason: "this name is a persistent buffer; lease it with the handle Recorder::persistent returned",
+    }
+}

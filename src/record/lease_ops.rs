@@ -1,0 +1,146 @@
+//! The in-place kernels on site leases: the arena lease's own kernels once
+//! frozen; the host reference on pool memory, with the recorder's random
+//! stream, while recording. Both give the same bits, so recorded steps train
+//! exactly as planned ones would.
+
+use super::lease::{Inner, Pooled, SiteLease};
+use crate::arena::DropoutMask;
+use crate::device::Kernels;
+use crate::error::{Error, Result};
+use crate::ops::{self, Float, RngState};
+
+impl<T: Float> Pooled<'_, T> {
+    /// Runs a random kernel at the recorder's stream position and moves the
+    /// stream on by the view's length, as the arena does.
+    fn random(&mut self, run: impl FnOnce(&mut [T], RngState) -> Result<()>) -> Result<RngState> {
+        let cell = &self.core.rng;
+        let state = cell.get();
+        let next = state.advanced(self.len)?;
+        run(self.slice_mut(), state)?;
+        cell.set(next);
+        Ok(state)
+    }
+}
+
+impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
+    /// Fills the view with 1 (probability `p`) or 0; as [`Lease::bernoulli_`](crate::Lease::bernoulli_).
+    ///
+    /// ```
+    /// use tensor_arena::{HostDevice, record::Recorder};
+    /// let mut rec = Recorder::new(HostDevice::new());
+    /// rec.set_seed(1234);
+    /// rec.step(|s| {
+    ///     let mut m = s.temp::<f32>("mask", &[16])?;
+    ///     m.bernoulli_(0.5)?;
+    ///     assert_eq!(&m.as_slice()[..4], &[1.0, 0.0, 1.0, 0.0]);
+    ///     Ok::<_, tensor_arena::Error>(())
+    /// })?;
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn bernoulli_(&mut self, p: f32) -> Result<RngState> {
+        match &mut self.inner {
+            Inner::Planned(l) => l.bernoulli_(p),
+            Inner::Pooled(x) => x.random(|s, rng| ops::bernoulli(s, p, rng)),
+        }
+    }
+
+    /// Fused dropout in place; as [`Lease::dropout_`](crate::Lease::dropout_).
+    pub fn dropout_(&mut self, p: f32) -> Result<DropoutMask> {
+        match &mut self.inner {
+            Inner::Planned(l) => l.dropout_(p),
+            Inner::Pooled(x) => {
+                let rng = x.random(|s, rng| ops::dropout(s, p, rng))?;
+                Ok(DropoutMask { p, rng, len: x.len })
+            }
+        }
+    }
+
+    /// The forward pass's dropout mask, regenerated and applied to this
+    /// gradient; as [`Lease::dropout_backward_`](crate::Lease::dropout_backward_).
+    pub fn dropout_backward_(&mut self, mask: &DropoutMask) -> Result<()> {
+        match &mut self.inner {
+            Inner::Planned(l) => l.dropout_backward_(mask),
+            Inner::Pooled(x) => {
+                if mask.len != x.len {
+                    return Err(Error::MaskLengthMismatch {
+                        buffer: x.name.to_string(),
+                        len: x.len,
+                        expected: mask.len,
+                    });
+                }
+                ops::dropout(x.slice_mut(), mask.p, mask.rng)
+            }
+        }
+    }
+
+    /// `x = mask != 0 ? x * scale : 0`; as [`Lease::apply_mask_`](crate::Lease::apply_mask_).
+    pub fn apply_mask_(&mut self, mask: &SiteLease<'_, T, D>, scale: f32) -> Result<()> {
+        let op = "apply_mask_";
+        match (&mut self.inner, &mask.inner) {
+            (Inner::Planned(x), Inner::Planned(m)) => x.apply_mask_(m, scale),
+            (Inner::Pooled(x), Inner::Pooled(m)) => {
+                check_operand(op, x, m)?;
+                ops::apply_mask(x.slice_mut(), m.slice(), scale)
+            }
+            _ => Err(self.mixed(op, mask)),
+        }
+    }
+
+    /// `x = x * other`; as [`Lease::mul_`](crate::Lease::mul_).
+    pub fn mul_(&mut self, other: &SiteLease<'_, T, D>) -> Result<()> {
+        let op = "mul_";
+        match (&mut self.inner, &other.inner) {
+            (Inner::Planned(x), Inner::Planned(y)) => x.mul_(y),
+            (Inner::Pooled(x), Inner::Pooled(y)) => {
+                check_operand(op, x, y)?;
+                ops::mul(x.slice_mut(), y.slice())
+            }
+            _ => Err(self.mixed(op, other)),
+        }
+    }
+
+    /// `x = x * s`.
+    pub fn mul_scalar_(&mut self, s: f32) -> Result<()> {
+        match &mut self.inner {
+            Inner::Planned(l) => l.mul_scalar_(s),
+            Inner::Pooled(x) => {
+                ops::mul_scalar(x.slice_mut(), s);
+                Ok(())
+            }
+        }
+    }
+
+    #[cold]
+    fn mixed(&self, op: &'static str, other: &SiteLease<'_, T, D>) -> Error {
+        Error::ArenaMismatch {
+            op,
+            buffer: self.name().to_owned(),
+            other: other.name().to_owned(),
+        }
+    }
+}
+
+/// Both operands come from the same recorder and have the same shape.
+fn check_operand<T: Float>(op: &'static str, x: &Pooled<'_, T>, y: &Pooled<'_, T>) -> Result<()> {
+    if !std::ptr::eq(x.core, y.core) {
+        return Err(Error::ArenaMismatch {
+            op,
+            buffer: x.name.to_string(),
+            other: y.name.to_string(),
+        });
+    }
+    let (xs, ys) = (
+        &x.dims[..usize::from(x.ndim)],
+        &y.dims[..usize::from(y.ndim)],
+    );
+    if xs != ys {
+        return Err(Error::ShapeMismatch {
+            op,
+            buffer: x.name.to_string(),
+            shape: xs.to_vec(),
+            other: y.name.to_string(),
+            other_shape: ys.to_vec(),
+        });
+    }
+    Ok(())
+}

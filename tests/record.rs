@@ -1,0 +1,468 @@
+//! Record, then plan, through the public API: learned specs equal the
+//! hand-declared ones, maxima and lifetimes unite over steps, frozen steps
+//! compute what planned ones do, and misuse is a clear error.
+
+use ndarray::Ix2;
+use tensor_arena::ops::gemm;
+use tensor_arena::record::{RecordStep, SpecLifetime};
+use tensor_arena::{
+    DType, Error, HostDevice, Persistent, Phase, Planner, Recorder, SpecSet, plan::PlanReport,
+};
+
+type R = tensor_arena::Result<()>;
+
+/// A small model step: sizes vary with `batch` and `len`.
+struct Workload {
+    bwd: Phase,
+    upd: Phase,
+    w: Persistent<f32>,
+    acc: Persistent<f32>,
+}
+
+const F: usize = 24;
+
+impl Workload {
+    fn declare(rec: &mut Recorder<HostDevice>) -> tensor_arena::Result<Workload> {
+        rec.phase("forward")?;
+        let bwd = rec.phase("backward")?;
+        let upd = rec.phase("update")?;
+        let w = rec.persistent::<f32>("w", &[F, F])?;
+        let acc = rec.persistent::<f32>("acc", &[F])?;
+        let weights: Vec<f32> = (0..F * F).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        rec.write(w, &weights)?;
+        Ok(Workload { bwd, upd, w, acc })
+    }
+
+    /// One step: masks, dropout, a product through views, a gradient kept
+    /// from backward to update, and a persistent accumulator.
+    fn step(&self, s: &RecordStep<'_, HostDevice>, batch: usize, len: usize) -> R {
+        let rows = batch * len;
+        let mut x = s.temp::<f32>("x", &[rows, F])?;
+        for (i, v) in x.as_mut_slice().iter_mut().enumerate() {
+            *v = ((i * 31) % 17) as f32 * 0.125 - 1.0;
+        }
+        {
+            let mut keep = s.temp::<f32>("keep", &[rows, F])?;
+            keep.bernoulli_(0.8)?;
+            x.apply_mask_(&keep, 1.25)?;
+        }
+        let w = s.lease(self.w)?;
+        let mut h = s.temp::<f32>("h", &[rows, F])?;
+        gemm(
+            1.0,
+            x.view::<Ix2>()?,
+            w.view::<Ix2>()?,
+            0.0,
+            h.view_mut::<Ix2>()?,
+        )?;
+        let mask = h.dropout_(0.25)?;
+        let mut lens = s.temp::<i32>("lens", &[batch])?;
+        lens.as_mut_slice().fill(len as i32);
+        s.enter(self.bwd)?;
+        let mut dh = s.temp::<f32>("dh", &[rows, F])?;
+        dh.as_mut_slice().copy_from_slice(h.as_slice());
+        dh.dropout_backward_(&mask)?;
+        dh.mul_(&h)?;
+        dh.mul_scalar_(0.5)?;
+        let mut g = s.temp::<f32>("g", &[F])?;
+        g.as_mut_slice().fill(0.0);
+        for row in dh.as_slice().chunks_exact(F) {
+            g.as_mut_slice()
+                .iter_mut()
+                .zip(row)
+                .for_each(|(a, b)| *a += b);
+        }
+        drop((g, dh, h, x, lens, w));
+        s.enter(self.upd)?;
+        let g = s.temp::<f32>("g", &[F])?;
+        let mut acc = s.lease(self.acc)?;
+        acc.as_mut_slice()
+            .iter_mut()
+            .zip(g.as_slice())
+            .for_each(|(a, b)| *a += b);
+        Ok(())
+    }
+}
+
+const SIZES: [(usize, usize); 4] = [(4, 16), (3, 32), (4, 32), (2, 16)];
+
+/// The report without provenance, to compare learned and declared plans.
+fn stripped(mut r: PlanReport) -> PlanReport {
+    r.buffers.iter_mut().for_each(|b| b.recorded_steps = None);
+    r
+}
+
+#[test]
+fn a_recorded_step_and_a_hand_declared_step_give_the_same_plan() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    let work = Workload::declare(&mut rec)?;
+    for (b, l) in SIZES {
+        rec.step(|s| work.step(s, b, l))?;
+    }
+    let learned = rec.freeze()?.clone();
+
+    // The same workload, declared by hand at its largest sizes, in the
+    // order the step first asks for each buffer.
+    let mut p = Planner::new();
+    let fwd = p.phase("forward")?;
+    let bwd = p.phase("backward")?;
+    let upd = p.phase("update")?;
+    p.persistent::<f32>("w", &[F, F])?;
+    p.persistent::<f32>("acc", &[F])?;
+    p.span::<f32>("x", &[128, F], fwd, bwd)?;
+    p.span::<f32>("keep", &[128, F], fwd, fwd)?;
+    p.span::<f32>("h", &[128, F], fwd, bwd)?;
+    p.span::<i32>("lens", &[4], fwd, bwd)?;
+    p.span::<f32>("dh", &[128, F], bwd, bwd)?;
+    p.span::<f32>("g", &[F], bwd, upd)?;
+    let declared = p.plan()?;
+
+    assert_eq!(stripped(learned.report()), stripped(declared.report()));
+    assert_eq!(learned.slab_bytes(), declared.slab_bytes());
+    assert!(learned.validate().is_ok());
+    // Provenance: persistent buffers were declared, the rest learned.
+    let origin: Vec<Option<u64>> = learned
+        .buffers()
+        .iter()
+        .map(|b| b.recorded_steps())
+        .collect();
+    assert_eq!(
+        origin,
+        [
+            None,
+            None,
+            Some(4),
+            Some(4),
+            Some(4),
+            Some(4),
+            Some(4),
+            Some(4)
+        ]
+    );
+    let text = learned.to_string();
+    assert!(
+        text.contains("specs: 6 of 8 learned by recording (4 steps), 2 declared by hand"),
+        "{text}"
+    );
+    assert!(!declared.to_string().contains("origin"));
+    Ok(())
+}
+
+#[test]
+fn variable_shapes_across_steps_produce_per_dimension_maxima() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    let fwd = rec.phase("forward")?;
+    let bwd = rec.phase("backward")?;
+    // (rows, cols) whose maxima come from different steps.
+    let steps = [(5usize, 40usize, false), (9, 12, true), (2, 70, false)];
+    for (r, c, late) in steps {
+        rec.step(|s| -> R {
+            let a = s.temp::<f32>("a", &[r, c])?;
+            let t = s.temp::<u8>("t", &[c])?;
+            drop(t);
+            s.enter(bwd)?;
+            // `a` lives into backward only in one step; its span unites.
+            if !late {
+                drop(a);
+            }
+            Ok(())
+        })?;
+    }
+    let specs = rec.specs();
+    let a = specs.get("a").map(|e| (e.shape.clone(), e.lifetime));
+    assert_eq!(
+        a,
+        Some((vec![9, 70], SpecLifetime::Phases { first: 0, last: 1 }))
+    );
+    let t = specs
+        .get("t")
+        .map(|e| (e.shape.clone(), e.dtype, e.lifetime));
+    assert_eq!(
+        t,
+        Some((
+            vec![70],
+            DType::U8,
+            SpecLifetime::Phases { first: 0, last: 0 }
+        ))
+    );
+    let plan = rec.freeze()?;
+    assert_eq!(plan.buffers()[0].padded_shape().dims(), &[9, 80]);
+    // Every shape seen while recording, and any smaller one, fits.
+    rec.step(|s| -> R {
+        for (r, c, _) in steps {
+            s.temp::<f32>("a", &[r, c])?;
+        }
+        s.temp::<f32>("a", &[9, 80])?;
+        s.temp::<u8>("t", &[1])?;
+        Ok(())
+    })?;
+    let _ = fwd;
+    Ok(())
+}
+
+#[test]
+fn oversize_requests_after_freezing_name_site_maximum_and_shape() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    let w = rec.persistent::<f32>("w", &[8])?;
+    rec.write(w, &[1.5; 8])?;
+    rec.set_seed(99);
+    rec.step(|s| s.temp::<f32>("x", &[6, 20]).map(drop))?;
+    rec.freeze()?;
+    let err = rec
+        .step(|s| s.temp::<f32>("x", &[7, 20]).map(drop))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::ExceedsRecorded {
+            site: "x".into(),
+            requested: vec![7, 20],
+            recorded: vec![6, 20],
+            padded: vec![6, 32],
+        }
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("'x'")
+            && text.contains("[7, 20]")
+            && text.contains("recorded maximum [6, 20]")
+            && text.contains("rerecord"),
+        "{text}"
+    );
+    // Within the padding is within the plan; a new rank is not.
+    rec.step(|s| s.temp::<f32>("x", &[6, 32]).map(drop))?;
+    assert!(matches!(
+        rec.step(|s| s.temp::<f32>("x", &[6, 2, 10]).map(drop)),
+        Err(Error::ExceedsRecorded { .. })
+    ));
+
+    // Re-record, then re-plan: contents and the random stream carry over.
+    rec.step(|s| -> R {
+        let mut w = s.lease(w)?;
+        w.as_mut_slice()[0] = 2.5;
+        Ok(())
+    })?;
+    let rng = rec.rng_state();
+    rec.rerecord()?;
+    assert!(!rec.is_frozen());
+    assert_eq!(rec.rng_state(), rng);
+    rec.step(|s| s.temp::<f32>("x", &[7, 20]).map(drop))?;
+    let plan = rec.freeze()?;
+    assert_eq!(plan.buffers()[1].shape().dims(), &[7, 20]);
+    assert_eq!(plan.buffers()[1].recorded_steps(), Some(2));
+    let mut back = [0.0; 8];
+    rec.read(w, &mut back)?;
+    assert_eq!(back, [2.5, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5]);
+    assert_eq!(rec.rng_state(), rng);
+    assert_eq!(rec.stats().plans, 2);
+    assert_eq!(rec.stats().recorded_steps, 2);
+    Ok(())
+}
+
+/// Runs `steps` steps of the workload, freezing after `record` of them
+/// (never, if `record` is `None`), and returns the accumulator's bits.
+fn run_recorded(record: Option<usize>, sizes: &[(usize, usize)]) -> tensor_arena::Result<Vec<u32>> {
+    let mut rec = Recorder::new(HostDevice::new());
+    let work = Workload::declare(&mut rec)?;
+    rec.set_seed(7);
+    for (i, &(b, l)) in sizes.iter().enumerate() {
+        if record == Some(i) {
+            rec.freeze()?;
+        }
+        rec.step(|s| work.step(s, b, l))?;
+    }
+    let mut acc = vec![0.0f32; F];
+    rec.read(work.acc, &mut acc)?;
+    Ok(acc.iter().map(|v| v.to_bits()).collect())
+}
+
+#[test]
+fn recorded_and_frozen_steps_compute_the_same_bits() -> R {
+    let sizes: Vec<(usize, usize)> = SIZES.iter().chain(SIZES.iter()).copied().collect();
+    let recorded_only = run_recorded(None, &sizes)?;
+    let frozen_half = run_recorded(Some(4), &sizes)?;
+    assert_eq!(recorded_only, frozen_half);
+    assert!(recorded_only.iter().any(|&b| f32::from_bits(b) != 0.0));
+
+    Ok(())
+}
+
+#[test]
+fn misuse_is_an_error_not_a_panic() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    let fwd = rec.phase("forward")?;
+    let bwd = rec.phase("backward")?;
+    let w = rec.persistent::<f32>("w", &[4])?;
+    assert!(matches!(rec.phase("w"), Err(Error::DuplicateName { .. })));
+    assert!(matches!(
+        rec.persistent::<f32>("forward", &[4]),
+        Err(Error::DuplicateName { .. })
+    ));
+    assert!(matches!(
+        rec.persistent::<i32>("w", &[4]),
+        Err(Error::DuplicateName { .. })
+    ));
+    assert_eq!(
+        rec.persistent::<f32>("w", &[4])?,
+        w,
+        "same declaration, same handle"
+    );
+    rec.step(|s| -> R {
+        let a = s.temp::<f32>("a", &[3, 4])?;
+        assert!(matches!(
+            s.temp::<f32>("a", &[3, 4]),
+            Err(Error::AlreadyLeased { .. })
+        ));
+        drop(a);
+        assert!(matches!(
+            s.temp::<i32>("a", &[3, 4]),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        let e = s.temp::<f32>("a", &[12]).unwrap_err();
+        assert!(e.to_string().contains("number of dimensions"), "{e}");
+        assert!(matches!(
+            s.temp::<f32>("b", &[0]),
+            Err(Error::EmptyShape { .. })
+        ));
+        assert!(matches!(s.temp::<f32>("", &[1]), Err(Error::EmptyName)));
+        assert!(matches!(
+            s.temp::<f32>("forward", &[1]),
+            Err(Error::DuplicateName { .. })
+        ));
+        let e = s.temp::<f32>("w", &[4]).unwrap_err();
+        assert!(e.to_string().contains("persistent"), "{e}");
+        s.enter(bwd)?;
+        assert!(matches!(s.enter(fwd), Err(Error::PhaseOrder { .. })));
+        let mut other = Planner::new();
+        let foreign = other.phase("forward")?;
+        assert!(matches!(s.enter(foreign), Err(Error::ForeignPhase { .. })));
+        // A view within the request's own padded shape, not beyond.
+        let mut a = s.temp::<f32>("a", &[3, 4])?;
+        a.set_shape(&[3, 16])?;
+        assert!(matches!(
+            a.set_shape(&[3, 17]),
+            Err(Error::ViewTooLarge { .. })
+        ));
+        Ok(())
+    })?;
+    // Failed requests recorded nothing: 'b' and the f32/i32 mix are absent.
+    let specs = rec.specs();
+    assert!(specs.get("b").is_none());
+    assert_eq!(specs.get("a").map(|e| e.dtype), Some(DType::F32));
+
+    let mut other = Recorder::new(HostDevice::new());
+    let foreign = other.persistent::<f32>("w", &[4])?;
+    assert!(matches!(
+        rec.write(foreign, &[0.0; 4]),
+        Err(Error::ForeignHandle { .. })
+    ));
+    assert!(matches!(
+        rec.write(w, &[0.0; 17]),
+        Err(Error::ViewTooLarge { .. })
+    ));
+
+    rec.freeze()?;
+    rec.step(|s| -> R {
+        let e = s.temp::<f32>("never", &[1]).unwrap_err();
+        assert_eq!(
+            e,
+            Error::UnrecordedSite {
+                site: "never".into()
+            }
+        );
+        assert!(
+            e.to_string().contains("never requested while recording"),
+            "{e}"
+        );
+        assert!(matches!(
+            s.temp::<u8>("a", &[3, 4]),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        assert!(matches!(
+            s.temp::<f32>("a", &[0, 4]),
+            Err(Error::EmptyShape { .. })
+        ));
+        assert!(matches!(s.lease(foreign), Err(Error::ForeignHandle { .. })));
+        let x = s.temp::<f32>("a", &[3, 4])?;
+        assert!(!x.is_recording() && x.as_lease().is_some());
+        Ok(())
+    })?;
+    assert!(matches!(
+        rec.persistent::<f32>("late", &[4]),
+        Err(Error::UnrecordedSite { .. })
+    ));
+    assert!(matches!(
+        rec.preload(&SpecSet::default()),
+        Err(Error::InvalidSpecs { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn operands_from_different_recorders_do_not_mix() -> R {
+    let mut a = Recorder::new(HostDevice::new());
+    let mut b = Recorder::new(HostDevice::new());
+    a.step(|sa| -> R {
+        b.step(|sb| -> R {
+            let mut x = sa.temp::<f32>("x", &[4])?;
+            let y = sb.temp::<f32>("y", &[4])?;
+            assert!(matches!(x.mul_(&y), Err(Error::ArenaMismatch { .. })));
+            let z = sa.temp::<f32>("z", &[5])?;
+            assert!(matches!(
+                x.apply_mask_(&z, 1.0),
+                Err(Error::ShapeMismatch { .. })
+            ));
+            Ok(())
+        })
+    })
+}
+
+#[test]
+fn without_phases_every_site_lives_a_whole_step() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    rec.step(|s| -> R {
+        s.temp::<f32>("a", &[10])?;
+        s.temp::<f32>("b", &[10])?;
+        assert_eq!(s.phase(), "step");
+        Ok(())
+    })?;
+    let specs = rec.specs();
+    assert!(
+        specs
+            .buffers()
+            .iter()
+            .all(|e| e.lifetime == SpecLifetime::Step)
+    );
+    let plan = rec.freeze()?;
+    assert_ne!(plan.buffers()[0].offset(), plan.buffers()[1].offset());
+    Ok(())
+}
+
+#[test]
+fn preloaded_specs_plan_without_a_recording_step() -> R {
+    let mut first = Recorder::new(HostDevice::new());
+    let work = Workload::declare(&mut first)?;
+    for (b, l) in SIZES {
+        first.step(|s| work.step(s, b, l))?;
+    }
+    let text = first.specs().to_toml()?;
+    let learned = first.freeze()?.report();
+
+    // Production: same startup code, specs from the file, no recording.
+    let mut rec = Recorder::new(HostDevice::new());
+    let work = Workload::declare(&mut rec)?;
+    rec.preload(&SpecSet::from_toml(&text)?)?;
+    let plan = rec.freeze()?.report();
+    assert_eq!(plan, learned);
+    assert_eq!(rec.stats().recorded_steps, 0);
+    assert_eq!(rec.stats().learned_steps, 4);
+    for (b, l) in SIZES {
+        rec.step(|s| work.step(s, b, l))?;
+    }
+
+    // Phases must agree.
+    let mut odd = Recorder::new(HostDevice::new());
+    odd.phase("forward")?;
+    let e = odd.preload(&SpecSet::from_toml(&text)?).unwrap_err();
+    assert!(e.to_string().contains("phases"), "{e}");
+    Ok(())
+}
