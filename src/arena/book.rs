@@ -14,6 +14,9 @@ use crate::shape::MAX_DIMS;
 pub(crate) struct Slot {
     /// The buffer has a live lease.
     pub live: Cell<bool>,
+    /// Leases of this buffer so far (the arena's totals are sums over
+    /// slots, so the hot path touches only this slot's cache line).
+    pub leases: Cell<u64>,
     /// `aliases[alias.0..alias.1]`: buffers whose slab bytes intersect this
     /// one's.
     pub alias: (u32, u32),
@@ -54,8 +57,6 @@ pub(crate) struct Counters {
     pub peak_active_bytes: Cell<u64>,
     pub live_leases: Cell<u64>,
     pub peak_live_leases: Cell<u64>,
-    pub total_leases: Cell<u64>,
-    pub leased_bytes: Cell<u64>,
     pub steps: Cell<u64>,
 }
 
@@ -106,6 +107,7 @@ impl Book {
                 let (first, last) = b.phases();
                 Slot {
                     live: Cell::new(false),
+                    leases: Cell::new(0),
                     alias: (alias_start[i], alias_start[i + 1]),
                     // Fits: the planner hands out u32 indices.
                     index: i as u32,
@@ -161,8 +163,7 @@ impl Book {
             .set(c.peak_active_bytes.get().max(active));
         let live = add(&c.live_leases, 1);
         c.peak_live_leases.set(c.peak_live_leases.get().max(live));
-        add(&c.total_leases, 1);
-        add(&c.leased_bytes, size);
+        add(&slot.leases, 1);
         Some(Ok(slot))
     }
 
@@ -243,6 +244,14 @@ impl Book {
     pub fn end_step(&self) {
         self.phase.set(0);
         add(&self.counters.steps, 1);
+    }
+
+    /// Leases handed out so far, and their slab bytes.
+    pub fn totals(&self) -> (u64, u64) {
+        self.slots.iter().fold((0, 0), |(n, bytes), s| {
+            let k = s.leases.get();
+            (n + k, bytes + k * s.size as u64)
+        })
     }
 
     /// Number of buffers sharing bytes with buffer `index`.

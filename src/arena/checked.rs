@@ -58,15 +58,16 @@ pub struct GuardViolation {
     pub overrun_bytes: usize,
     /// Slab offset of the first guard byte.
     pub guard_offset: usize,
-    /// The lease that wrote last: its number (counting from 1 over the
-    /// arena's life), the step it was made in, its phase and view shape.
+    /// The lease that wrote last: its number (counting this buffer's
+    /// leases from 1), the step it was made in, its phase, and the number
+    /// of elements its view held when it ended.
     pub lease: u64,
     /// Step number of that lease (0 for the first step).
     pub step: u64,
     /// Phase name of that lease.
     pub phase: String,
-    /// View shape of that lease when it ended.
-    pub view: Vec<usize>,
+    /// Elements in that lease's view when it ended.
+    pub view_elements: usize,
 }
 
 impl fmt::Display for GuardViolation {
@@ -74,7 +75,7 @@ impl fmt::Display for GuardViolation {
         write!(
             f,
             "buffer '{}' was written {} byte(s) past its {}-byte capacity (guard at slab offset {}); \
-             last written through lease #{} in step {}, phase '{}', view shape {:?}",
+             last written through lease #{} in step {}, phase '{}', view of {} element(s)",
             self.buffer,
             self.overrun_bytes,
             self.capacity_bytes,
@@ -82,7 +83,7 @@ impl fmt::Display for GuardViolation {
             self.lease,
             self.step,
             self.phase,
-            self.view
+            self.view_elements
         )
     }
 }
@@ -127,18 +128,23 @@ impl<D: Device> Arena<D> {
     }
 
     /// On lease: re-arm the guard (another buffer may have used the bytes)
-    /// and remember who holds the buffer.
+    /// and remember who holds the buffer. Kept out of line so the unchecked
+    /// lease path stays as short as before.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn on_acquire(&self, slot: &Slot) {
         let (start, len) = Self::guard_range(slot);
         self.fill(start, len, &GUARD_FILL);
         let c = &self.book.counters;
         slot.holder
-            .set((c.total_leases.get(), c.steps.get(), self.book.phase.get()));
+            .set((slot.leases.get(), c.steps.get(), self.book.phase.get()));
     }
 
     /// On release: verify the guard and record a violation.
-    pub(crate) fn on_release(&self, slot: &Slot, view: &[usize]) {
-        if let Some(v) = self.inspect(slot, view) {
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn on_release(&self, slot: &Slot, view_elements: usize) {
+        if let Some(v) = self.inspect(slot, view_elements) {
             self.violations.borrow_mut().push(v);
         }
     }
@@ -160,7 +166,7 @@ impl<D: Device> Arena<D> {
     }
 
     /// Reads `slot`'s guard and describes any damage.
-    pub(crate) fn inspect(&self, slot: &Slot, view: &[usize]) -> Option<GuardViolation> {
+    pub(crate) fn inspect(&self, slot: &Slot, view_elements: usize) -> Option<GuardViolation> {
         let (start, len) = Self::guard_range(slot);
         let mut buf = [0u8; 512];
         let mut last_bad = None;
@@ -189,7 +195,7 @@ impl<D: Device> Arena<D> {
             lease,
             step,
             phase: self.plan.phase_name(phase).to_owned(),
-            view: view.to_vec(),
+            view_elements,
         })
     }
 
@@ -198,8 +204,7 @@ impl<D: Device> Arena<D> {
     pub(crate) fn check_persistent(&self) {
         for slot in self.book.slots.iter() {
             if slot.kind == LifetimeKind::Persistent && !slot.live.get() {
-                let shape = self.plan.buffers()[slot.index as usize].shape();
-                if let Some(v) = self.inspect(slot, shape) {
+                if let Some(v) = self.inspect(slot, slot.elements) {
                     self.violations.borrow_mut().push(v);
                     // Re-arm so the same damage is reported once.
                     let (start, len) = Self::guard_range(slot);

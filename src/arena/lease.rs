@@ -193,7 +193,7 @@ impl<T: Element, D: Device> Drop for Lease<'_, T, D> {
     #[inline]
     fn drop(&mut self) {
         if self.arena.options.checked {
-            self.arena.on_release(self.slot, self.shape());
+            self.arena.on_release(self.slot, self.len);
         }
         self.arena.book.release(self.slot);
     }

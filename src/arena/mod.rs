@@ -193,17 +193,18 @@ impl<D: Device> Arena<D> {
     /// A snapshot of the counters.
     pub fn stats(&self) -> ArenaStats {
         let c = &self.book.counters;
+        let (total_leases, leased_bytes) = self.book.totals();
         ArenaStats {
             reserved_bytes: self.slab.len() as u64,
             active_bytes: c.active_bytes.get(),
             peak_active_bytes: c.peak_active_bytes.get(),
             live_leases: c.live_leases.get(),
             peak_live_leases: c.peak_live_leases.get(),
-            total_leases: c.total_leases.get(),
+            total_leases,
             // Every lease not live any more was released.
-            total_releases: c.total_leases.get() - c.live_leases.get(),
-            leased_bytes: c.leased_bytes.get(),
-            released_bytes: c.leased_bytes.get() - c.active_bytes.get(),
+            total_releases: total_leases - c.live_leases.get(),
+            leased_bytes,
+            released_bytes: leased_bytes - c.active_bytes.get(),
             segments: 1,
             steps: c.steps.get(),
             device: self.device.counters(),

@@ -91,8 +91,7 @@ impl<'a, D: Device> Step<'a, D> {
             return Ok(());
         }
         for slot in arena.book.slots.iter().filter(|s| s.live.get()) {
-            let shape = arena.plan.buffers()[slot.index as usize].shape();
-            if let Some(v) = arena.inspect(slot, shape) {
+            if let Some(v) = arena.inspect(slot, slot.elements) {
                 arena.violations.borrow_mut().push(v.clone());
                 return Err(Error::GuardViolation(Box::new(v)));
             }
