@@ -143,6 +143,64 @@ impl Rounding {
     }
 }
 
+/// Checks a view shape for a buffer of `capacity` elements (padded shape
+/// `padded`): 1 to [`MAX_DIMS`] dimensions, an element count that neither
+/// overflows nor exceeds the capacity. Returns the element count. Shared by
+/// every lease type, so they all refuse the same shapes with the same
+/// messages.
+pub(crate) fn view_elements(
+    buffer: &str,
+    shape: &[usize],
+    capacity: usize,
+    padded: &[usize],
+) -> Result<usize> {
+    let invalid = |reason| Error::InvalidView {
+        buffer: buffer.to_owned(),
+        shape: shape.to_vec(),
+        reason,
+    };
+    if shape.is_empty() {
+        return Err(invalid("a view needs at least one dimension"));
+    }
+    if shape.len() > MAX_DIMS {
+        return Err(invalid("more dimensions than MAX_DIMS"));
+    }
+    let elements = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| invalid("the element count overflows"))?;
+    if elements > capacity {
+        return Err(Error::ViewTooLarge {
+            buffer: buffer.to_owned(),
+            shape: shape.to_vec(),
+            elements,
+            capacity,
+            padded: padded.to_vec(),
+        });
+    }
+    Ok(elements)
+}
+
+/// The message for a view whose data does not fit its shape (which the
+/// lease types rule out before building ndarray views).
+pub(crate) const VIEW_MISMATCH: &str = "the view shape does not match its data";
+
+/// The ndarray dimension `Dm` (`Ix1`, `Ix2`, ..., `IxDyn`) of `shape`, or
+/// an error naming `buffer` if the number of dimensions differs. Fixed
+/// dimensions never allocate.
+pub(crate) fn ndarray_dim<Dm: ndarray::Dimension>(buffer: &str, shape: &[usize]) -> Result<Dm> {
+    if Dm::NDIM.is_some_and(|n| n != shape.len()) {
+        return Err(Error::InvalidView {
+            buffer: buffer.to_owned(),
+            shape: shape.to_vec(),
+            reason: "the view's number of dimensions differs from the requested array dimension",
+        });
+    }
+    let mut dim = Dm::zeros(shape.len());
+    dim.slice_mut().copy_from_slice(shape);
+    Ok(dim)
+}
+
 /// `x` rounded up to a multiple of `multiple` (> 0), or `None` on overflow.
 pub fn align_up(x: usize, multiple: usize) -> Option<usize> {
     debug_assert!(multiple > 0);

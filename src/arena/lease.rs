@@ -9,7 +9,7 @@ use crate::device::{Device, Region, Slab};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::plan::{Buffer, BufferId, PlannedBuffer};
-use crate::shape::MAX_DIMS;
+use crate::shape::{MAX_DIMS, view_elements};
 
 /// A typed view of one planned buffer, valid until it is dropped or its step
 /// ends (the borrow checker enforces the latter).
@@ -97,30 +97,13 @@ impl<'s, T: Element, D: Device> Lease<'s, T, D> {
     /// dimensions whose element count fits the capacity. Nothing is
     /// allocated or moved; the data is reinterpreted in place.
     pub fn set_shape(&mut self, shape: &[usize]) -> Result<()> {
-        let invalid = |reason| Error::InvalidView {
-            buffer: self.name().to_owned(),
-            shape: shape.to_vec(),
-            reason,
-        };
-        if shape.is_empty() {
-            return Err(invalid("a view needs at least one dimension"));
-        }
-        if shape.len() > MAX_DIMS {
-            return Err(invalid("more dimensions than MAX_DIMS"));
-        }
-        let elements = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| invalid("the element count overflows"))?;
-        if elements > self.slot.capacity {
-            return Err(Error::ViewTooLarge {
-                buffer: self.name().to_owned(),
-                shape: shape.to_vec(),
-                elements,
-                capacity: self.slot.capacity,
-                padded: self.padded_shape().to_vec(),
-            });
-        }
+        let planned = self.planned();
+        let elements = view_elements(
+            planned.name(),
+            shape,
+            self.slot.capacity,
+            planned.padded_shape(),
+        )?;
         self.dims[..shape.len()].copy_from_slice(shape);
         self.ndim = shape.len() as u8;
         self.len = elements;

@@ -9,8 +9,7 @@ use super::HostAccessible;
 use crate::arena::Lease;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-
-const MISMATCH: &str = "the view shape does not match its data";
+use crate::shape::{VIEW_MISMATCH, ndarray_dim};
 
 impl<T: Element, D: HostAccessible> Lease<'_, T, D> {
     /// The current view as a slice.
@@ -41,7 +40,7 @@ impl<T: Element, D: HostAccessible> Lease<'_, T, D> {
     /// dimensions differs from `Dm`'s. Fixed dimensions never allocate.
     pub fn view<Dm: Dimension>(&self) -> Result<ArrayView<'_, T, Dm>> {
         let dim = self.dimension::<Dm>()?;
-        ArrayView::from_shape(dim, self.as_slice()).map_err(|_| self.bad_dim(MISMATCH))
+        ArrayView::from_shape(dim, self.as_slice()).map_err(|_| self.bad_dim(VIEW_MISMATCH))
     }
 
     /// Mutable ndarray view; see [`view`](Lease::view).
@@ -54,20 +53,12 @@ impl<T: Element, D: HostAccessible> Lease<'_, T, D> {
         ArrayViewMut::from_shape(dim, self.as_mut_slice()).map_err(|_| Error::InvalidView {
             buffer: String::new(),
             shape: Vec::new(),
-            reason: MISMATCH,
+            reason: VIEW_MISMATCH,
         })
     }
 
     fn dimension<Dm: Dimension>(&self) -> Result<Dm> {
-        let ndim = self.shape().len();
-        if Dm::NDIM.is_some_and(|n| n != ndim) {
-            return Err(self.bad_dim(
-                "the view's number of dimensions differs from the requested array dimension",
-            ));
-        }
-        let mut dim = Dm::zeros(ndim);
-        dim.slice_mut().copy_from_slice(self.shape());
-        Ok(dim)
+        ndarray_dim(self.name(), self.shape())
     }
 
     fn bad_dim(&self, reason: &'static str) -> Error {

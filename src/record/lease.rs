@@ -12,7 +12,7 @@ use crate::arena::Lease;
 use crate::device::{Device, HostAccessible};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::shape::{MAX_DIMS, Shape};
+use crate::shape::{MAX_DIMS, Shape, VIEW_MISMATCH, ndarray_dim, view_elements};
 
 /// A typed view of one site's memory, valid until it is dropped or its
 /// step ends, with the same methods as an arena [`Lease`]: shape and view,
@@ -90,15 +90,7 @@ impl<'s, T: Element> Pooled<'s, T> {
     }
 
     fn dimension<Dm: Dimension>(&self) -> Result<Dm> {
-        let ndim = self.shape().len();
-        if Dm::NDIM.is_some_and(|n| n != ndim) {
-            return Err(self.bad_dim(
-                "the view's number of dimensions differs from the requested array dimension",
-            ));
-        }
-        let mut dim = Dm::zeros(ndim);
-        dim.slice_mut().copy_from_slice(self.shape());
-        Ok(dim)
+        ndarray_dim(&self.name, self.shape())
     }
 
     #[cold]
@@ -117,8 +109,6 @@ impl<T: Element> Drop for Pooled<'_, T> {
             .release(self.index, std::mem::take(&mut self.data));
     }
 }
-
-const MISMATCH: &str = "the view shape does not match its data";
 
 impl<'s, T: Element, D: Device> SiteLease<'s, T, D> {
     pub(crate) fn planned(lease: Lease<'s, T, D>) -> Self {
@@ -202,31 +192,7 @@ impl<'s, T: Element, D: Device> SiteLease<'s, T, D> {
             Inner::Planned(l) => return l.set_shape(shape),
             Inner::Pooled(p) => p,
         };
-        let invalid = |reason| Error::InvalidView {
-            buffer: p.name.to_string(),
-            shape: shape.to_vec(),
-            reason,
-        };
-        if shape.is_empty() {
-            return Err(invalid("a view needs at least one dimension"));
-        }
-        if shape.len() > MAX_DIMS {
-            return Err(invalid("more dimensions than MAX_DIMS"));
-        }
-        let elements = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| invalid("the element count overflows"))?;
-        let capacity = p.padded.elements();
-        if elements > capacity {
-            return Err(Error::ViewTooLarge {
-                buffer: p.name.to_string(),
-                shape: shape.to_vec(),
-                elements,
-                capacity,
-                padded: p.padded.to_vec(),
-            });
-        }
+        let elements = view_elements(&p.name, shape, p.padded.elements(), &p.padded)?;
         p.dims[..shape.len()].copy_from_slice(shape);
         p.ndim = shape.len() as u8;
         p.len = elements;
@@ -300,7 +266,7 @@ impl<T: Element, D: HostAccessible> SiteLease<'_, T, D> {
             Inner::Planned(l) => l.view(),
             Inner::Pooled(p) => {
                 let dim = p.dimension::<Dm>()?;
-                ArrayView::from_shape(dim, p.slice()).map_err(|_| p.bad_dim(MISMATCH))
+                ArrayView::from_shape(dim, p.slice()).map_err(|_| p.bad_dim(VIEW_MISMATCH))
             }
         }
     }
@@ -313,11 +279,12 @@ impl<T: Element, D: HostAccessible> SiteLease<'_, T, D> {
                 // Checked through a shared view first, so the error can name
                 // the site without borrowing it while the mutable view exists.
                 let dim = p.dimension::<Dm>()?;
-                ArrayView::from_shape(dim.clone(), p.slice()).map_err(|_| p.bad_dim(MISMATCH))?;
+                ArrayView::from_shape(dim.clone(), p.slice())
+                    .map_err(|_| p.bad_dim(VIEW_MISMATCH))?;
                 ArrayViewMut::from_shape(dim, p.slice_mut()).map_err(|_| Error::InvalidView {
                     buffer: String::new(),
                     shape: Vec::new(),
-                    reason: MISMATCH,
+                    reason: VIEW_MISMATCH,
                 })
             }
         }
