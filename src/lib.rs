@@ -57,7 +57,8 @@ pub mod units;
 
 pub use arena::{Arena, ArenaOptions, ArenaStats, DropoutMask, GuardViolation, Lease, Step};
 pub use device::{
-    AllocCounts, CountingAllocator, Device, DeviceCounters, HostAccessible, HostDevice, Region,
+    AllocCounts, CountingAllocator, Device, DeviceCounters, HostAccessible, HostDevice, Kernels,
+    Region,
 };
 pub use dtype::{DType, Element};
 pub use error::{Available, Error, Result};

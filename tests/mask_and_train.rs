@@ -1,6 +1,12 @@
 //! The main example, shortened: it learns, it is deterministic, and its
 //! steady-state steps allocate nothing (measured, not assumed).
 
+#[path = "../examples/mask_and_train/ascend.rs"]
+#[allow(dead_code)]
+mod ascend;
+#[path = "../examples/mask_and_train/backend.rs"]
+#[allow(dead_code)]
+mod backend;
 #[path = "../examples/mask_and_train/data.rs"]
 mod data;
 #[path = "../examples/mask_and_train/model.rs"]
@@ -89,6 +95,18 @@ fn learns_deterministically_without_steady_state_allocation() -> tensor_arena::R
     let b = train::train_arena(&cfg_b, |_| {})?;
     assert_eq!(a.window_losses, b.window_losses);
     assert_eq!(a.checksum.to_bits(), b.checksum.to_bits());
+    assert!(
+        a.weights
+            .iter()
+            .zip(&b.weights)
+            .all(|(x, y)| x.to_bits() == y.to_bits()),
+        "weights differ between runs"
+    );
+    assert_eq!(
+        (a.device_allocs, b.device_allocs),
+        (1, 1),
+        "one slab per run"
+    );
     assert_eq!(a.eval_accuracy, b.eval_accuracy);
     assert!(b.guard_violations.is_empty(), "{:?}", b.guard_violations);
     assert_eq!(

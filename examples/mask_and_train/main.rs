@@ -6,17 +6,22 @@
 //! ```sh
 //! cargo run --release --example mask_and_train
 //! cargo run --release --example mask_and_train -- --naive   # compare with the allocating loop
+//! cargo run --release --example mask_and_train -- --device ascend   # needs CANN (or the simulation)
 //! cargo run --release --example mask_and_train -- --help
 //! ```
 
+mod ascend;
+mod backend;
 mod data;
 mod model;
 mod naive;
 mod train;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tensor_arena::CountingAllocator;
+use tensor_arena::device::ascend::AscendConfig;
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator;
@@ -31,7 +36,19 @@ OPTIONS:
     --steps N        training steps (default 600)
     --batch N        largest batch; the last batch of each epoch is smaller (default 64)
     --seed N         seed for data, weights and masks (default 42)
-    --device NAME    host (default) or ascend
+    --device NAME    host (default) or ascend: the whole step on an Ascend NPU through
+                     ACL (our AscendC kernels and CANN aclnn operators)
+    --acl-lib PATH   ascend: the ACL runtime library to load (libascendcl.so or
+                     libacl_rt.so; also TENSOR_ARENA_ACL_LIB). Default: searched in
+                     $ASCEND_HOME_PATH/lib64, $ASCEND_TOOLKIT_HOME/lib64,
+                     /usr/local/Ascend/ascend-toolkit/latest/lib64, LD_LIBRARY_PATH
+    --acl-dir DIR    ascend: a directory searched first for the runtime and aclnn libraries
+    --kernel-lib PATH
+                     ascend: the kernel library built from kernels/ascend (also
+                     TENSOR_ARENA_KERNEL_LIB). Default: libtensor_arena_kernels.so next
+                     to the runtime, then the loader path
+    --ascend-device N
+                     ascend: device id (default 0; also TENSOR_ARENA_ASCEND_DEVICE)
     --threads N      worker threads for the large kernels on the host (default 1;
                      results are bit-identical for any N)
     --log-every N    progress line every N steps (default 50)
@@ -48,6 +65,10 @@ struct Args {
     batch: usize,
     seed: u64,
     device: String,
+    acl_lib: Option<PathBuf>,
+    acl_dir: Option<PathBuf>,
+    kernel_lib: Option<PathBuf>,
+    ascend_device: Option<i32>,
     threads: usize,
     log_every: usize,
     naive: bool,
@@ -60,6 +81,10 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
         batch: 64,
         seed: 42,
         device: "host".into(),
+        acl_lib: None,
+        acl_dir: None,
+        kernel_lib: None,
+        ascend_device: None,
         threads: 1,
         log_every: 50,
         naive: false,
@@ -79,6 +104,16 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
             "--threads" => a.threads = number("--threads", value("--threads")?)? as usize,
             "--log-every" => a.log_every = number("--log-every", value("--log-every")?)? as usize,
             "--device" => a.device = value("--device")?,
+            "--acl-lib" => a.acl_lib = Some(value("--acl-lib")?.into()),
+            "--acl-dir" => a.acl_dir = Some(value("--acl-dir")?.into()),
+            "--kernel-lib" => a.kernel_lib = Some(value("--kernel-lib")?.into()),
+            "--ascend-device" => {
+                let v = value("--ascend-device")?;
+                a.ascend_device = Some(
+                    v.parse()
+                        .map_err(|_| format!("--ascend-device: '{v}' is not a device id"))?,
+                );
+            }
             "--naive" => a.naive = true,
             "--checked" => a.checked = true,
             other => return Err(format!("unknown option '{other}' (see --help)")),
@@ -102,6 +137,17 @@ fn per_step(total: u64, steps: u64) -> String {
     }
 }
 
+fn banner(cfg: &train::Config, backend: &impl backend::Backend) {
+    println!(
+        "mask-and-train on {}: {} steps, batch <= {}, seed {}{}",
+        backend.describe(),
+        cfg.steps,
+        cfg.batch,
+        cfg.seed,
+        if cfg.checked { ", checked mode" } else { "" }
+    );
+}
+
 fn line(p: &train::Progress) {
     println!(
         "step {:>5}  loss {:.4}  accuracy {:.3}  steps/s {:>8.1}",
@@ -109,34 +155,51 @@ fn line(p: &train::Progress) {
     );
 }
 
-fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    match args.device.as_str() {
-        "host" => {}
-        "ascend" => {
-            return Err(
-                "--device ascend: the Ascend backend is not available in this build yet; \
-                        run with --device host"
-                    .into(),
-            );
-        }
-        other => return Err(format!("--device: unknown device '{other}' (host or ascend)").into()),
+/// The Ascend settings: the environment's, then the flags'.
+fn ascend_config(args: &Args) -> Result<AscendConfig, tensor_arena::Error> {
+    let mut cfg = AscendConfig::from_env()?;
+    if let Some(p) = &args.acl_lib {
+        cfg = cfg.runtime_lib(p);
     }
+    if let Some(d) = &args.acl_dir {
+        cfg = cfg.search_dir(d);
+    }
+    if let Some(p) = &args.kernel_lib {
+        cfg = cfg.kernel_lib(p);
+    }
+    if let Some(id) = args.ascend_device {
+        cfg = cfg.device(id);
+    }
+    Ok(cfg)
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = train::Config::new(args.steps, args.batch, args.seed);
     cfg.threads = args.threads;
     cfg.checked = args.checked;
     cfg.log_every = args.log_every;
-    println!(
-        "mask-and-train on the host device: {} steps, batch <= {}, seed {}, {} thread(s){}",
-        cfg.steps,
-        cfg.batch,
-        cfg.seed,
-        cfg.threads,
-        if cfg.checked { ", checked mode" } else { "" }
-    );
-    let report = train::train_arena(&cfg, |event| match event {
+    let on = |event: train::Event<'_>| match event {
         train::Event::Plan(plan) => println!("{plan}"),
         train::Event::Progress(p) => line(p),
-    })?;
+    };
+    let report = match args.device.as_str() {
+        "host" => {
+            let backend = backend::HostBackend::new(cfg.threads)?;
+            banner(&cfg, &backend);
+            train::train_on(&cfg, &backend, on)?
+        }
+        "ascend" => {
+            let backend = ascend::AscendBackend::new(ascend_config(&args)?)?;
+            banner(&cfg, &backend);
+            let runtime = backend.runtime();
+            let report = train::train_on(&cfg, &backend, on)?;
+            drop(backend);
+            // Explicit: never from a destructor.
+            runtime.finalize()?;
+            report
+        }
+        other => return Err(format!("--device: unknown device '{other}' (host or ascend)").into()),
+    };
     println!();
     println!("{}", report.memory_summary);
     if cfg.checked {
@@ -154,7 +217,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         1.0 / cfg.sizes.classes as f64
     );
     println!(
-        "arena loop: {:.1} steps/s; loss per logging window: {}; weights checksum {:.6}",
+        "arena loop: {:.1} steps/s; loss per logging window: {}; {} weights, checksum {:.6}",
         report.steps_per_sec,
         report
             .window_losses
@@ -162,6 +225,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .map(|l| format!("{l:.3}"))
             .collect::<Vec<_>>()
             .join(" "),
+        report.weights.len(),
         report.checksum
     );
     if args.naive {
@@ -186,9 +250,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "steady-state allocations per step: host heap {}, device {}",
+        "steady-state allocations per step: host heap {}, device {} (device allocation calls over the run: {})",
         per_step(report.steady_heap_allocs, report.steady_steps),
-        per_step(report.steady_device_allocs, report.steady_steps)
+        per_step(report.steady_device_allocs, report.steady_steps),
+        report.device_allocs
     );
     Ok(())
 }

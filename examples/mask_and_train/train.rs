@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
-use tensor_arena::{Arena, ArenaOptions, CountingAllocator, Device, HostDevice, Planner, Result};
+use tensor_arena::{Arena, ArenaOptions, CountingAllocator, Device, Planner, Result};
 
+use crate::backend::{Backend, HostBackend};
 use crate::data::{Dataset, Loader};
 use crate::model::{Hyper, Net, Sizes, StepStats};
 
@@ -100,26 +101,44 @@ pub struct Report {
     pub checksum: f64,
     /// Checked mode: what the guards caught (empty when all is well).
     pub guard_violations: Vec<String>,
+    /// The trained weights (w1, b1, w2, b2, flattened).
+    pub weights: Vec<f32>,
+    /// Device allocation calls over the whole run (the slab: 1).
+    pub device_allocs: u64,
 }
 
-/// Trains on the arena, reporting the plan and, every `log_every` steps,
-/// progress (outside the measured region).
-pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report> {
+/// Trains on the host device: see [`train_on`].
+// The example's `main` builds its backend itself; tests call this.
+#[allow(dead_code)]
+pub fn train_arena(cfg: &Config, on: impl FnMut(Event<'_>)) -> Result<Report> {
+    let backend = HostBackend::new(cfg.threads)?;
+    train_on(cfg, &backend, on)
+}
+
+/// Trains on `backend`'s device, reporting the plan and, every `log_every`
+/// steps, progress (outside the measured region).
+pub fn train_on<B: Backend>(
+    cfg: &Config,
+    backend: &B,
+    mut on: impl FnMut(Event<'_>),
+) -> Result<Report> {
     let mut sizes = cfg.sizes;
     sizes.max_batch = cfg.batch;
     sizes.max_len = sizes.max_len.next_multiple_of(16);
     let (train, eval) = datasets(cfg);
 
-    // Startup: declare, plan, reserve.
+    // Startup: ask the device how much operator workspace the largest
+    // shapes need, declare, plan, reserve.
+    let workspace = backend.workspace_bytes(&sizes)?;
     let mut planner = Planner::new();
-    let mut net = Net::declare(&mut planner, sizes)?;
+    let mut net = Net::declare(&mut planner, sizes, workspace)?;
+    backend.bind_workspace(net.workspace);
     let plan = planner.plan()?;
     on(Event::Plan(&plan));
-    let device = HostDevice::new().with_threads(cfg.threads)?;
     let options = ArenaOptions {
         checked: cfg.checked,
     };
-    let mut arena = Arena::with_options(device.clone(), plan, options)?;
+    let mut arena = Arena::with_options(backend.device(), plan, options)?;
     arena.set_seed(cfg.seed);
     net.init(&mut arena, cfg.seed)?;
 
@@ -133,12 +152,12 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
     let mut window_start = Instant::now();
     for step in 1..=cfg.steps {
         let heap_before = CountingAllocator::thread_counts().allocations;
-        let dev_before = device.counters().alloc_calls;
+        let dev_before = arena.device().counters().alloc_calls;
         let batch = loader.next(&train);
-        let stats = net.train_step(&mut arena, &train, &batch, &cfg.hyper)?;
+        let stats = net.train_step(backend, &mut arena, &train, &batch, &cfg.hyper)?;
         if step > 1 {
             heap += CountingAllocator::thread_counts().allocations - heap_before;
-            dev_allocs += device.counters().alloc_calls - dev_before;
+            dev_allocs += arena.device().counters().alloc_calls - dev_before;
             steady += 1;
         }
         window.loss_sum += stats.loss_sum;
@@ -166,7 +185,7 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
     let mut total = StepStats::default();
     for _ in 0..eval.len().div_ceil(cfg.batch) {
         let batch = eval_loader.next(&eval);
-        let s = net.evaluate(&mut arena, &eval, &batch)?;
+        let s = net.evaluate(backend, &mut arena, &eval, &batch)?;
         total.loss_sum += s.loss_sum;
         total.correct += s.correct;
         total.samples += s.samples;
@@ -183,6 +202,8 @@ pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report
         steady_steps: steady,
         memory_summary: arena.memory_summary(),
         checksum: net.checksum(&mut arena)?,
+        weights: net.weights(&mut arena)?,
+        device_allocs: arena.device().counters().alloc_calls,
         guard_violations: {
             arena
                 .verify()
