@@ -470,3 +470,37 @@ fn aclnn_operators_run_on_leases_within_the_planned_workspace() -> Result<()> {
     s.assert_clean();
     Ok(())
 }
+
+#[test]
+fn checked_mode_guards_and_poisons_device_buffers_too() -> Result<()> {
+    let s = sim();
+    let dev = open(sim::config());
+    let mut p = Planner::new();
+    let w = p.persistent::<f32>("w", &[300])?;
+    let x = p.step::<f32>("x", &[300])?;
+    let mut arena = Arena::with_options(
+        dev.clone(),
+        p.plan()?,
+        tensor_arena::ArenaOptions::checked(),
+    )?;
+    arena.write(w, &values::<f32>(300, 5))?;
+    for _ in 0..3 {
+        arena.step(|st| {
+            let mut xl = st.lease(x)?;
+            let mut seen = vec![0.0f32; 300];
+            xl.copy_to_host(&mut seen)?;
+            // Step-scoped bytes come poisoned (NaN), not left over.
+            assert!(seen.iter().all(|v| v.is_nan()));
+            xl.copy_from_host(&values(300, 6))?;
+            xl.dropout_(0.5)?;
+            st.verify()
+        })?;
+    }
+    arena.verify()?;
+    assert!(arena.take_violations().is_empty());
+    assert_eq!(s.counter("aclrtMalloc"), 1);
+    drop(arena);
+    drop(dev);
+    s.assert_clean();
+    Ok(())
+}

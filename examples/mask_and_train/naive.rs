@@ -238,7 +238,9 @@ fn bad_step(
     let gb1 = dev.track(dh.sum_axis(Axis(0)), bytes(hd));
 
     let lr = cfg.hyper.lr;
-    let step_size = lr * (1.0 - 0.999f32.powi(t)).sqrt() / (1.0 - 0.9f32.powi(t));
+    // AdamW without weight decay, as the arena loop (and aclnnApplyAdamWV2).
+    let bc1 = 1.0 - 0.9f32.powf(t as f32);
+    let bc2 = 1.0 - 0.999f32.powf(t as f32);
     let grads: [&[f32]; 4] = [
         gw1.as_slice().unwrap_or_default(),
         gb1.as_slice().unwrap_or_default(),
@@ -260,7 +262,7 @@ fn bad_step(
             bytes(g.len()),
         );
         let delta = dev.track(
-            &new_m / &(new_v.mapv(f32::sqrt) + 1e-8) * step_size,
+            &new_m.mapv(|m| lr * (m / bc1)) / &(new_v.mapv(|v| (v / bc2).sqrt()) + 1e-8),
             bytes(g.len()),
         );
         w.iter_mut().zip(delta.iter()).for_each(|(w, d)| *w -= d);
