@@ -41,8 +41,9 @@
 //! ```
 //!
 //! Modules: [`plan`] (specs, placement, reports; pure computation),
-//! [`arena`] (slab, steps, leases, stats), [`device`] (the host device and
-//! the device trait; every `unsafe` of the crate lives there).
+//! [`arena`] (slab, steps, leases, stats), [`device`] (the device traits,
+//! the host device, and the Ascend backend in [`device::ascend`]: ACL and
+//! aclnn loaded at run time; every `unsafe` of the crate lives there).
 
 pub mod arena;
 pub mod caching;

@@ -43,6 +43,18 @@ const FALLBACK_BLOCKS: u32 = 8;
 /// slab) destroys the stream and resets the device; `aclFinalize` is left
 /// to [`AscendRuntime::finalize`].
 ///
+/// Its slab is device memory, so leases on it have no host slices (it is
+/// not [`HostAccessible`](crate::HostAccessible)); copies and kernels are
+/// the way in and out:
+///
+/// ```compile_fail
+/// use tensor_arena::Lease;
+/// use tensor_arena::device::ascend::AscendDevice;
+/// fn first(l: &Lease<'_, f32, AscendDevice>) -> f32 {
+///     l.as_slice()[0] // no such method: the bytes are not in host memory
+/// }
+/// ```
+///
 /// On a machine without CANN, [`AscendDevice::new`] returns
 /// [`Error::LibraryNotFound`] naming every library and directory searched:
 ///

@@ -77,6 +77,14 @@ pub fn runtime_candidates(
     out
 }
 
+/// The directory a loaded library was found in, when known (not for a
+/// bare name the system loader resolved).
+fn dir_of(lib: &Path) -> Option<PathBuf> {
+    lib.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+}
+
 /// Candidates for the aclnn library `name`: next to the runtime first.
 pub fn nn_candidates(
     name: &'static str,
@@ -84,11 +92,7 @@ pub fn nn_candidates(
     cfg: &AscendConfig,
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> Vec<Candidate> {
-    let mut dirs: Vec<PathBuf> = runtime
-        .parent()
-        .map(Path::to_path_buf)
-        .into_iter()
-        .collect();
+    let mut dirs: Vec<PathBuf> = dir_of(runtime).into_iter().collect();
     dirs.extend(cfg.search_dirs.iter().cloned());
     if cfg.system_search {
         dirs.extend(toolkit_lib_dirs(env));
@@ -107,8 +111,7 @@ pub fn kernel_candidates(cfg: &AscendConfig, runtime: &Path) -> Vec<Candidate> {
     if let Some(p) = &cfg.kernel_lib {
         return vec![Candidate::Path(p.clone())];
     }
-    let mut out: Vec<Candidate> = runtime
-        .parent()
+    let mut out: Vec<Candidate> = dir_of(runtime)
         .map(|d| Candidate::Path(d.join(KERNEL_LIB_NAME)))
         .into_iter()
         .collect();
@@ -155,6 +158,9 @@ pub unsafe fn open_first(
                     tried.push(format!("  {}: no such file", p.display()));
                     continue;
                 }
+                // A relative path names a file here, not one the system
+                // loader should look for.
+                let p = &std::path::absolute(p).unwrap_or_else(|_| p.clone());
                 // SAFETY: forwarded to the caller.
                 match unsafe { sys::open(p, global) } {
                     Ok(lib) => {
@@ -235,6 +241,20 @@ mod tests {
                 Candidate::Loader("libacl_rt.so")
             ]
         );
+    }
+
+    #[test]
+    fn a_runtime_found_by_the_loader_has_no_directory_to_search() {
+        let cfg = AscendConfig::new();
+        let k = kernel_candidates(&cfg, Path::new("libascendcl.so"));
+        assert_eq!(k, [Candidate::Loader(KERNEL_LIB_NAME)]);
+        let n = nn_candidates(
+            OPAPI_NAME,
+            Path::new("libascendcl.so"),
+            &cfg.system_search(false),
+            &env_with(&[]),
+        );
+        assert!(n.is_empty());
     }
 
     #[test]

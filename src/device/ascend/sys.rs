@@ -276,8 +276,11 @@ pub struct Loaded {
 pub unsafe fn open(path: &Path, global: bool) -> std::result::Result<Library, libloading::Error> {
     #[cfg(unix)]
     {
-        use libloading::os::unix::{Library as UnixLibrary, RTLD_GLOBAL, RTLD_LOCAL, RTLD_NOW};
-        let flags = RTLD_NOW | if global { RTLD_GLOBAL } else { RTLD_LOCAL };
+        use libloading::os::unix::{Library as UnixLibrary, RTLD_GLOBAL, RTLD_LAZY, RTLD_LOCAL};
+        // Lazy binding, as torch_npu loads ACL: symbols of the CANN
+        // libraries' own dependencies that the crate never calls need not
+        // resolve.
+        let flags = RTLD_LAZY | if global { RTLD_GLOBAL } else { RTLD_LOCAL };
         // SAFETY: the caller vouches for the library's initialisers.
         unsafe { UnixLibrary::open(Some(path), flags) }.map(Library::from)
     }
