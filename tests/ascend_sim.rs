@@ -504,3 +504,39 @@ fn checked_mode_guards_and_poisons_device_buffers_too() -> Result<()> {
     s.assert_clean();
     Ok(())
 }
+
+#[test]
+fn settings_reach_the_runtime() -> Result<()> {
+    let s = sim();
+    s.reset();
+    s.set_vector_cores(3);
+    let dev = AscendDevice::new(
+        sim::config()
+            .malloc_policy(tensor_arena::device::ascend::MallocPolicy::HugeOnly)
+            .mem_attr(tensor_arena::device::ascend::MemAttr::Ddr),
+    )?;
+    assert_eq!(
+        dev.max_blocks(),
+        3,
+        "cores per launch from aclGetDeviceCapability"
+    );
+    assert_eq!(
+        AscendDevice::new(sim::config().max_blocks(5))?.max_blocks(),
+        5
+    );
+    let arena = Arena::new(dev.clone(), plan_of(4096)?)?;
+    assert_eq!(s.counter("malloc_policy_1"), 1, "ACL_MEM_MALLOC_HUGE_ONLY");
+    assert!(s.counter("mem_info_attr_0") >= 1, "ACL_DDR_MEM");
+    assert_eq!(
+        s.counter("malloc_policy_0") + s.counter("mem_info_attr_1"),
+        0
+    );
+    assert!(
+        dev.kernel_library()
+            .is_some_and(|p| p.ends_with("libtensor_arena_shim_kernels.so"))
+    );
+    drop(arena);
+    drop(dev);
+    s.assert_clean();
+    Ok(())
+}

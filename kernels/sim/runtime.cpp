@@ -277,6 +277,7 @@ TASIM_EXPORT aclError aclrtMalloc(void **devPtr, size_t size, int policy)
     st.allocations[reinterpret_cast<uintptr_t>(p)] = State::Alloc{uint64_t(size), charged};
     st.in_use += charged;
     Count("aclrtMalloc");
+    Count(("malloc_policy_" + std::to_string(policy)).c_str());
     Count("malloc_bytes", charged);
     if (st.in_use > st.counters["peak_bytes"]) {
         st.counters["peak_bytes"] = st.in_use;
@@ -381,6 +382,7 @@ TASIM_EXPORT aclError aclrtGetMemInfo(int attr, size_t *free, size_t *total)
     *total = limit;
     *free = limit > st.in_use ? limit - st.in_use : 0;
     Count("aclrtGetMemInfo");
+    Count(("mem_info_attr_" + std::to_string(attr)).c_str());
     return kSuccess;
 }
 
