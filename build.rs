@@ -1,17 +1,23 @@
-//! Builds the CPU-shim versions of the AscendC kernels (`kernels/`) as
-//! shared libraries in `OUT_DIR`, when a C++ compiler is available.
+//! Builds the CPU-shim versions of the AscendC kernels (`kernels/`) and the
+//! simulated ACL runtime as shared libraries in `OUT_DIR`, when a C++
+//! compiler is available.
 //!
 //! - `TENSOR_ARENA_SHIM_KERNELS`: the kernels of `kernels/ascend/` compiled
 //!   unmodified against the shim's `kernel_operator.h`, exporting the
 //!   `aclrtlaunch_ta_*` entry points the Ascend backend calls;
 //! - `TENSOR_ARENA_SHIM_SELFTEST`: the shim's self-tests (rule-breaking
-//!   kernels, unit tests, conversion exports).
+//!   kernels, unit tests, conversion exports);
+//! - `TENSOR_ARENA_SIM_DIR`: a directory holding the simulated runtime
+//!   (`kernels/sim/`) as `libascendcl.so`, with `libnnopbase.so` and
+//!   `libopapi.so` linking to it, laid out like CANN's `lib64` so the
+//!   backend's loader finds it as it would find CANN.
 //!
 //! Their paths reach the crate's tests as compile-time environment variables.
 //! Without a working GNU-compatible C++ compiler, or when the C++ does not
 //! compile, the build prints a warning and skips them (the compiler output
-//! goes to `TENSOR_ARENA_SHIM_BUILD_LOG`): the library itself needs no C++;
-//! only the shim tests do, and they fail with that log.
+//! goes to `TENSOR_ARENA_SHIM_BUILD_LOG` / `TENSOR_ARENA_SIM_BUILD_LOG`): the
+//! library itself needs no C++; only the shim and simulation tests do, and
+//! they fail with that log.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -21,6 +27,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels/ascend");
     println!("cargo:rerun-if-changed=kernels/shim");
+    println!("cargo:rerun-if-changed=kernels/sim");
 
     let Some(out_dir) = env::var_os("OUT_DIR").map(PathBuf::from) else {
         println!("cargo:warning=OUT_DIR is not set; skipping the AscendC shim libraries");
@@ -80,28 +87,52 @@ fn main() {
     }
 
     let kernels = root.join("kernels");
+    let sim_dir = out_dir.join("tasim");
+    if let Err(e) = std::fs::create_dir_all(&sim_dir) {
+        println!("cargo:warning=cannot create {}: {e}", sim_dir.display());
+    }
+    let sim = |f: &str| kernels.join("sim").join(f);
     let libs = [
         (
             "TENSOR_ARENA_SHIM_KERNELS",
-            kernels.join("shim/kernels_lib.cpp"),
+            "TENSOR_ARENA_SHIM_BUILD_LOG",
+            vec![kernels.join("shim/kernels_lib.cpp")],
             out_dir.join(format!("libtensor_arena_shim_kernels.{extension}")),
         ),
         (
             "TENSOR_ARENA_SHIM_SELFTEST",
-            kernels.join("shim/selftest/selftest_lib.cpp"),
+            "TENSOR_ARENA_SHIM_BUILD_LOG",
+            vec![kernels.join("shim/selftest/selftest_lib.cpp")],
             out_dir.join(format!("libtensor_arena_shim_selftest.{extension}")),
         ),
+        (
+            "TENSOR_ARENA_SIM_DIR",
+            "TENSOR_ARENA_SIM_BUILD_LOG",
+            vec![sim("runtime.cpp"), sim("aclnn.cpp"), sim("control.cpp")],
+            // The name the backend's loader looks for first, on every
+            // platform the simulation builds on.
+            sim_dir.join("libascendcl.so"),
+        ),
     ];
-    // Both compile at once: each is one translation unit.
-    let jobs: Vec<(&str, &Path, std::io::Result<Child>)> = libs
+    // All compile at once.
+    let jobs: Vec<(&str, &str, &Path, std::io::Result<Child>)> = libs
         .iter()
-        .map(|(var, src, out)| {
-            let child = shared_library(&compiler, &kernels, src, out).spawn();
-            (*var, out.as_path(), child)
+        .map(|(var, log_var, srcs, out)| {
+            let child = shared_library(&compiler, &kernels, srcs, out).spawn();
+            (*var, *log_var, out.as_path(), child)
         })
         .collect();
-    for (var, out, child) in jobs {
+    for (var, log_var, out, child) in jobs {
         match child.and_then(|c| c.wait_with_output()) {
+            Ok(o) if o.status.success() && var == "TENSOR_ARENA_SIM_DIR" => {
+                match link_aclnn_names(out) {
+                    Ok(()) => println!("cargo:rustc-env={var}={}", sim_dir.display()),
+                    Err(e) => println!(
+                        "cargo:warning=cannot link the aclnn library names to {}: {e}; the simulation tests will fail",
+                        out.display()
+                    ),
+                }
+            }
             Ok(o) if o.status.success() => {
                 println!("cargo:rustc-env={var}={}", out.display());
             }
@@ -115,14 +146,11 @@ fn main() {
                 // Best effort: the warning below names the failure anyway.
                 let _ = std::fs::write(&log, &text);
                 println!(
-                    "cargo:warning=building {} failed; the shim tests will fail (compiler output in {})",
+                    "cargo:warning=building {} failed; its tests will fail (compiler output in {})",
                     out.display(),
                     log.display()
                 );
-                println!(
-                    "cargo:rustc-env=TENSOR_ARENA_SHIM_BUILD_LOG={}",
-                    log.display()
-                );
+                println!("cargo:rustc-env={log_var}={}", log.display());
             }
             Err(e) => {
                 println!(
@@ -134,10 +162,28 @@ fn main() {
     }
 }
 
+/// Makes `libnnopbase.so` and `libopapi.so` in the simulated runtime's
+/// directory name the same library as `runtime` (symbolic links: the loader
+/// then hands out one instance, with one state).
+fn link_aclnn_names(runtime: &Path) -> std::io::Result<()> {
+    let dir = runtime.parent().unwrap_or(Path::new("."));
+    for name in ["libnnopbase.so", "libopapi.so"] {
+        let link = dir.join(name);
+        if link.symlink_metadata().is_ok() {
+            std::fs::remove_file(&link)?;
+        }
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("libascendcl.so", &link)?;
+        #[cfg(not(unix))]
+        std::fs::copy(runtime, &link).map(|_| ())?;
+    }
+    Ok(())
+}
+
 /// The compiler command for one shared library. `-O2` whatever the profile,
 /// so the shim tests stay fast in debug builds; no FMA contraction, so float
 /// results are the IEEE products the host reference computes.
-fn shared_library(compiler: &cc::Tool, kernels: &Path, src: &Path, out: &Path) -> Command {
+fn shared_library(compiler: &cc::Tool, kernels: &Path, srcs: &[PathBuf], out: &Path) -> Command {
     let mut cmd = Command::new(compiler.path());
     cmd.args([
         "-std=c++17",
@@ -151,8 +197,10 @@ fn shared_library(compiler: &cc::Tool, kernels: &Path, src: &Path, out: &Path) -
     .arg(kernels.join("shim"))
     .arg("-I")
     .arg(kernels.join("ascend"))
-    .arg(src)
+    .args(srcs)
     .arg("-o")
-    .arg(out);
+    .arg(out)
+    // dlsym, for the shim's runtime launch hook (a stub in glibc >= 2.34).
+    .arg("-ldl");
     cmd
 }

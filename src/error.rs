@@ -462,6 +462,63 @@ pub enum Error {
         /// What the plotting library reported.
         message: String,
     },
+
+    /// A shared library the Ascend backend needs (the ACL runtime, the
+    /// aclnn operator libraries, the kernel library) was not found or did
+    /// not load.
+    #[error("{what} not found. Tried:\n{tried}\n{hint}", tried = tried.join("\n"))]
+    LibraryNotFound {
+        /// Which library: "the ACL runtime (libascendcl.so or libacl_rt.so)", ...
+        what: String,
+        /// Every candidate tried, with why it failed.
+        tried: Vec<String>,
+        /// How to fix it.
+        hint: String,
+    },
+
+    /// A library loaded but lacks an entry point the backend needs.
+    #[error("{library}: symbol '{symbol}' is missing ({message}); {hint}")]
+    MissingSymbol {
+        /// Path of the library.
+        library: String,
+        /// The C function that was not found.
+        symbol: String,
+        /// What the loader reported.
+        message: String,
+        /// Likely cause.
+        hint: String,
+    },
+
+    /// An ACL runtime, aclnn or kernel-launch call returned an error code.
+    #[error(
+        "device '{device}': {op} failed with error {code} ({name}){}",
+        if message.is_empty() { String::new() } else { format!(": {message}") }
+    )]
+    Acl {
+        /// Device name (`ascend:0`).
+        device: String,
+        /// The call that failed (`aclrtMalloc`, `aclnnMm`, `aclrtlaunch_ta_mul_f32`).
+        op: String,
+        /// The `aclError` / `aclnnStatus` code.
+        code: i32,
+        /// The code's name from the CANN headers (or "unknown").
+        name: &'static str,
+        /// The runtime's recent error message (`aclGetRecentErrMsg`), if any.
+        message: String,
+    },
+
+    /// An aclnn operator needs more workspace than the plan reserved.
+    #[error(
+        "{op}: needs {needed} bytes of workspace but the plan reserved {reserved}; query the workspace with the largest shapes at startup and declare at least that much"
+    )]
+    WorkspaceTooSmall {
+        /// The operator.
+        op: &'static str,
+        /// Bytes it asked for.
+        needed: u64,
+        /// Bytes the workspace buffer holds.
+        reserved: u64,
+    },
 }
 
 /// How much memory a device said it had when a reservation failed.

@@ -42,8 +42,9 @@
 //!
 //! Modules: [`plan`] (specs, placement, reports; pure computation),
 //! [`arena`] (slab, steps, leases, stats), [`record`] (learn the specs from
-//! recorded steps, then plan them), [`device`] (the host device and the
-//! device trait; every `unsafe` of the crate lives there).
+//! recorded steps, then plan them), [`device`] (the device traits, the host
+//! device, and the Ascend backend in [`device::ascend`]: ACL and aclnn
+//! loaded at run time; every `unsafe` of the crate lives there).
 
 pub mod arena;
 pub mod caching;
@@ -59,7 +60,8 @@ pub mod units;
 
 pub use arena::{Arena, ArenaOptions, ArenaStats, DropoutMask, GuardViolation, Lease, Step};
 pub use device::{
-    AllocCounts, CountingAllocator, Device, DeviceCounters, HostAccessible, HostDevice, Region,
+    AllocCounts, CountingAllocator, Device, DeviceCounters, HostAccessible, HostDevice, Kernels,
+    Region,
 };
 pub use dtype::{DType, Element};
 pub use error::{Available, Error, Result};

@@ -1,6 +1,14 @@
 //! The main example, shortened: it learns, it is deterministic, and its
-//! steady-state steps allocate nothing (measured, not assumed).
+//! steady-state steps allocate nothing (measured, not assumed); on the host
+//! and, with `--device ascend`, on the simulated Ascend runtime.
 
+mod support;
+
+#[path = "../examples/mask_and_train/ascend.rs"]
+mod ascend;
+#[path = "../examples/mask_and_train/backend.rs"]
+#[allow(dead_code)]
+mod backend;
 #[path = "../examples/mask_and_train/data.rs"]
 mod data;
 #[path = "../examples/mask_and_train/model.rs"]
@@ -11,6 +19,7 @@ mod naive;
 #[path = "../examples/mask_and_train/train.rs"]
 mod train;
 
+use support::sim::{self, sim};
 use tensor_arena::CountingAllocator;
 
 #[global_allocator]
@@ -89,6 +98,18 @@ fn learns_deterministically_without_steady_state_allocation() -> tensor_arena::R
     let b = train::train_arena(&cfg_b, |_| {})?;
     assert_eq!(a.window_losses, b.window_losses);
     assert_eq!(a.checksum.to_bits(), b.checksum.to_bits());
+    assert!(
+        a.weights
+            .iter()
+            .zip(&b.weights)
+            .all(|(x, y)| x.to_bits() == y.to_bits()),
+        "weights differ between runs"
+    );
+    assert_eq!(
+        (a.device_allocs, b.device_allocs),
+        (1, 1),
+        "one slab per run"
+    );
     assert_eq!(a.eval_accuracy, b.eval_accuracy);
     assert!(b.guard_violations.is_empty(), "{:?}", b.guard_violations);
     assert_eq!(
@@ -111,5 +132,75 @@ fn the_naive_loop_trains_the_same_model_and_allocates_every_step() -> tensor_are
     );
     assert!(n.steady_device_requests >= n.steady_steps * 10);
     assert!(n.last_loss.is_finite());
+    Ok(())
+}
+
+#[test]
+fn the_step_runs_on_the_simulated_npu_and_matches_the_host() -> tensor_arena::Result<()> {
+    let cfg = small(7, 1);
+    let host = train::train_arena(&cfg, |_| {})?;
+    let s = sim();
+    s.reset();
+    let backend = ascend::AscendBackend::new(sim::config())?;
+    assert!(backend::Backend::describe(&backend).starts_with("ascend:0"));
+    let mut plan_text = String::new();
+    let npu = train::train_on(&cfg, &backend, |e| {
+        if let train::Event::Plan(p) = e {
+            plan_text = p.to_string();
+        }
+    })?;
+    // The operators' workspace was queried at startup and planned.
+    assert!(plan_text.contains("aclnn.workspace"), "{plan_text}");
+
+    // The whole run made one device allocation: the slab.
+    assert_eq!(s.counter("aclrtMalloc"), 1, "{}", s.counters());
+    assert_eq!(npu.device_allocs, 1);
+    assert_eq!(npu.steady_device_allocs, 0);
+    assert_eq!(
+        npu.steady_heap_allocs, 0,
+        "host heap allocations in steady steps"
+    );
+    // Every step ran on the device: our kernels and the aclnn operators.
+    let steps = cfg.steps as u64 + 13;
+    assert!(
+        s.counter("kernel_launches") >= 4 * cfg.steps as u64,
+        "{}",
+        s.counters()
+    );
+    assert!(s.counter("aclnn_ops") >= 20 * steps, "{}", s.counters());
+
+    // It learns, and it computes what the host computes. The kernels agree
+    // bit for bit; the operators sum in their own order (as CANN's would),
+    // so losses and weights agree to rounding.
+    assert!(
+        npu.last_loss < 0.7 * npu.first_loss,
+        "loss {} -> {}",
+        npu.first_loss,
+        npu.last_loss
+    );
+    assert!(
+        npu.eval_accuracy > 4.0 / cfg.sizes.classes as f64,
+        "held-out accuracy {}",
+        npu.eval_accuracy
+    );
+    for (h, a) in host.window_losses.iter().zip(&npu.window_losses) {
+        assert!(
+            (h - a).abs() <= 1e-5 * h.abs(),
+            "window loss host {h} vs ascend {a}"
+        );
+    }
+    let worst = host
+        .weights
+        .iter()
+        .zip(&npu.weights)
+        .map(|(h, a)| (h - a).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-5, "largest weight difference {worst}");
+    assert!((host.eval_accuracy - npu.eval_accuracy).abs() <= 0.01);
+
+    let runtime = backend.runtime();
+    drop(backend);
+    s.assert_clean();
+    runtime.finalize()?;
     Ok(())
 }

@@ -3,6 +3,9 @@
 //! zero allocation, the learned specs are the hand-written ones, and the
 //! training is bit for bit the hand-written path's.
 
+#[path = "../examples/mask_and_train/backend.rs"]
+#[allow(dead_code)]
+mod backend;
 #[path = "../examples/mask_and_train/data.rs"]
 mod data;
 #[path = "../examples/mask_and_train/model.rs"]
@@ -81,7 +84,9 @@ fn a_plan_learned_from_recorded_steps_trains_like_the_hand_written_one() -> tens
         ("h", vec![b * l, h], phases(0, 1)),
         ("dh", vec![b * l, h], phases(1, 1)),
         ("w1.grad", vec![f, h], phases(1, 2)),
-        ("lengths", vec![b], phases(0, 1)),
+        ("token_mask", vec![b * l], phases(0, 1)),
+        ("onehot", vec![b, cfg.sizes.classes], phases(0, 1)),
+        ("logits", vec![b, cfg.sizes.classes], phases(0, 0)),
     ] {
         let e = specs.get(name).map(|e| (e.shape.clone(), e.lifetime));
         assert_eq!(e, Some((shape, lifetime)), "{name}");
@@ -89,7 +94,7 @@ fn a_plan_learned_from_recorded_steps_trains_like_the_hand_written_one() -> tens
     let plan = &plans[0];
     let text = plan.to_string();
     assert!(text.contains("recorded, 4 steps"), "{text}");
-    assert!(text.contains("14 of 26 learned by recording"), "{text}");
+    assert!(text.contains("16 of 29 learned by recording"), "{text}");
 
     // The hand-written specs give a plan of the same size, and the same
     // training, bit for bit.

@@ -6,10 +6,12 @@
 //! ```sh
 //! cargo run --release --example mask_and_train
 //! cargo run --release --example mask_and_train -- --naive   # compare with the allocating loop
-//! cargo run --release --example mask_and_train -- --record 5 # learn the plan from 5 steps
+//! cargo run --release --example mask_and_train -- --device ascend   # needs CANN (or the simulation)
 //! cargo run --release --example mask_and_train -- --help
 //! ```
 
+mod ascend;
+mod backend;
 mod data;
 mod model;
 mod naive;
@@ -17,9 +19,11 @@ mod record_train;
 mod recorded;
 mod train;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tensor_arena::CountingAllocator;
+use tensor_arena::device::ascend::AscendConfig;
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator;
@@ -34,7 +38,19 @@ OPTIONS:
     --steps N        training steps (default 600)
     --batch N        largest batch; the last batch of each epoch is smaller (default 64)
     --seed N         seed for data, weights and masks (default 42)
-    --device NAME    host (default) or ascend
+    --device NAME    host (default) or ascend: the whole step on an Ascend NPU through
+                     ACL (our AscendC kernels and CANN aclnn operators)
+    --acl-lib PATH   ascend: the ACL runtime library to load (libascendcl.so or
+                     libacl_rt.so; also TENSOR_ARENA_ACL_LIB). Default: searched in
+                     $ASCEND_HOME_PATH/lib64, $ASCEND_TOOLKIT_HOME/lib64,
+                     /usr/local/Ascend/ascend-toolkit/latest/lib64, LD_LIBRARY_PATH
+    --acl-dir DIR    ascend: a directory searched first for the runtime and aclnn libraries
+    --kernel-lib PATH
+                     ascend: the kernel library built from kernels/ascend (also
+                     TENSOR_ARENA_KERNEL_LIB). Default: libtensor_arena_kernels.so next
+                     to the runtime, then the loader path
+    --ascend-device N
+                     ascend: device id (default 0; also TENSOR_ARENA_ASCEND_DEVICE)
     --threads N      worker threads for the large kernels on the host (default 1;
                      results are bit-identical for any N)
     --log-every N    progress line every N steps (default 50)
@@ -43,12 +59,11 @@ OPTIONS:
                      lifetime ends (also TENSOR_ARENA_CHECKED=1)
     --naive          also run the same training written as an allocating loop
                      (new masks and temporaries every step) and compare step rates
-    --record N       learn the plan from the first N training steps (the model
-                     written against the recorder API) instead of the
-                     hand-written specs; print the learned specs and the plan
+    --record N       host: learn the plan from the first N training steps (the model
+                     written against the recorder API, temporaries asked for by name)
+                     instead of the hand-written specs; print the learned specs
     --save-specs F   with --record: write the learned specs to the TOML file F
-    --specs F        plan from the spec file F (written by --save-specs): the
-                     recorder-API model with no recording step
+    --specs F        host: plan from a spec file written by --save-specs (no recording)
     -h, --help       this text
 ";
 
@@ -57,6 +72,10 @@ struct Args {
     batch: usize,
     seed: u64,
     device: String,
+    acl_lib: Option<PathBuf>,
+    acl_dir: Option<PathBuf>,
+    kernel_lib: Option<PathBuf>,
+    ascend_device: Option<i32>,
     threads: usize,
     log_every: usize,
     naive: bool,
@@ -72,6 +91,10 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
         batch: 64,
         seed: 42,
         device: "host".into(),
+        acl_lib: None,
+        acl_dir: None,
+        kernel_lib: None,
+        ascend_device: None,
         threads: 1,
         log_every: 50,
         naive: false,
@@ -94,6 +117,16 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
             "--threads" => a.threads = number("--threads", value("--threads")?)? as usize,
             "--log-every" => a.log_every = number("--log-every", value("--log-every")?)? as usize,
             "--device" => a.device = value("--device")?,
+            "--acl-lib" => a.acl_lib = Some(value("--acl-lib")?.into()),
+            "--acl-dir" => a.acl_dir = Some(value("--acl-dir")?.into()),
+            "--kernel-lib" => a.kernel_lib = Some(value("--kernel-lib")?.into()),
+            "--ascend-device" => {
+                let v = value("--ascend-device")?;
+                a.ascend_device = Some(
+                    v.parse()
+                        .map_err(|_| format!("--ascend-device: '{v}' is not a device id"))?,
+                );
+            }
             "--naive" => a.naive = true,
             "--checked" => a.checked = true,
             "--record" => a.record = Some(number("--record", value("--record")?)? as usize),
@@ -116,6 +149,9 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
     if a.save_specs.is_some() && a.record.is_none() {
         return Err("--save-specs needs --record N (the specs it saves are learned)".into());
     }
+    if (a.record.is_some() || a.specs.is_some()) && a.device != "host" {
+        return Err("--record and --specs run the recorder-API model on the host device".into());
+    }
     Ok(Some(a))
 }
 
@@ -131,6 +167,17 @@ fn per_step(total: u64, steps: u64) -> String {
     }
 }
 
+fn banner(cfg: &train::Config, backend: &impl backend::Backend) {
+    println!(
+        "mask-and-train on {}: {} steps, batch <= {}, seed {}{}",
+        backend.describe(),
+        cfg.steps,
+        cfg.batch,
+        cfg.seed,
+        if cfg.checked { ", checked mode" } else { "" }
+    );
+}
+
 fn line(p: &train::Progress) {
     println!(
         "step {:>5}  loss {:.4}  accuracy {:.3}  steps/s {:>8.1}",
@@ -138,75 +185,54 @@ fn line(p: &train::Progress) {
     );
 }
 
-fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    match args.device.as_str() {
-        "host" => {}
-        "ascend" => {
-            return Err(
-                "--device ascend: the Ascend backend is not available in this build yet; \
-                        run with --device host"
-                    .into(),
-            );
-        }
-        other => return Err(format!("--device: unknown device '{other}' (host or ascend)").into()),
+/// The Ascend settings: the environment's, then the flags'.
+fn ascend_config(args: &Args) -> Result<AscendConfig, tensor_arena::Error> {
+    let mut cfg = AscendConfig::from_env()?;
+    if let Some(p) = &args.acl_lib {
+        cfg = cfg.runtime_lib(p);
     }
+    if let Some(d) = &args.acl_dir {
+        cfg = cfg.search_dir(d);
+    }
+    if let Some(p) = &args.kernel_lib {
+        cfg = cfg.kernel_lib(p);
+    }
+    if let Some(id) = args.ascend_device {
+        cfg = cfg.device(id);
+    }
+    Ok(cfg)
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = train::Config::new(args.steps, args.batch, args.seed);
     cfg.threads = args.threads;
     cfg.checked = args.checked;
     cfg.log_every = args.log_every;
-    println!(
-        "mask-and-train on the host device: {} steps, batch <= {}, seed {}, {} thread(s){}",
-        cfg.steps,
-        cfg.batch,
-        cfg.seed,
-        cfg.threads,
-        if cfg.checked { ", checked mode" } else { "" }
-    );
     let on = |event: train::Event<'_>| match event {
         train::Event::Plan(plan) => println!("{plan}"),
         train::Event::Progress(p) => line(p),
     };
-    let source = match (&args.record, &args.specs) {
-        (Some(n), _) => Some(record_train::Source::Record(*n)),
-        (None, Some(path)) => {
-            println!("plan from the spec file {path} (no recording step)");
-            Some(record_train::Source::Preload(tensor_arena::SpecSet::load(
-                path,
-            )?))
+    let report = match args.device.as_str() {
+        "host" if args.record.is_some() || args.specs.is_some() => {
+            banner(&cfg, &backend::HostBackend::new(cfg.threads)?);
+            recorded_run(&args, &cfg, on)?
         }
-        (None, None) => None,
-    };
-    let report = match source {
-        None => train::train_arena(&cfg, on)?,
-        Some(source) => {
-            let save = args.save_specs.clone();
-            let mut saved = Ok(());
-            let (report, recorder) =
-                record_train::train_recorded(&cfg, source, on, |note| match note {
-                    record_train::Note::Specs(specs, steps) => {
-                        println!("specs learned over {steps} recorded steps, to be planned:");
-                        println!("{specs}");
-                        if let Some(path) = &save {
-                            saved = specs.save(path);
-                            if saved.is_ok() {
-                                println!("saved the learned specs to {path}\n");
-                            }
-                        }
-                    }
-                    record_train::Note::Rerecord(e) => {
-                        println!("re-recording one step and re-planning: {e}");
-                    }
-                })?;
-            saved?;
-            println!(
-                "recorder: {} recorded steps, {} pool requests, {} pool allocations, {} plan(s)",
-                recorder.recorded_steps,
-                recorder.pool_requests,
-                recorder.pool_allocations,
-                recorder.plans
-            );
+        "host" => {
+            let backend = backend::HostBackend::new(cfg.threads)?;
+            banner(&cfg, &backend);
+            train::train_on(&cfg, &backend, on)?
+        }
+        "ascend" => {
+            let backend = ascend::AscendBackend::new(ascend_config(&args)?)?;
+            banner(&cfg, &backend);
+            let runtime = backend.runtime();
+            let report = train::train_on(&cfg, &backend, on)?;
+            drop(backend);
+            // Explicit: never from a destructor.
+            runtime.finalize()?;
             report
         }
+        other => return Err(format!("--device: unknown device '{other}' (host or ascend)").into()),
     };
     println!();
     println!("{}", report.memory_summary);
@@ -225,7 +251,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         1.0 / cfg.sizes.classes as f64
     );
     println!(
-        "arena loop: {:.1} steps/s; loss per logging window: {}; weights checksum {:.6}",
+        "arena loop: {:.1} steps/s; loss per logging window: {}; {} weights, checksum {:.6}",
         report.steps_per_sec,
         report
             .window_losses
@@ -233,6 +259,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .map(|l| format!("{l:.3}"))
             .collect::<Vec<_>>()
             .join(" "),
+        report.weights.len(),
         report.checksum
     );
     if args.naive {
@@ -257,11 +284,55 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!(
+        "device allocation calls over the whole run: {}",
+        report.device_allocs
+    );
+    println!(
         "steady-state allocations per step: host heap {}, device {}",
         per_step(report.steady_heap_allocs, report.steady_steps),
-        per_step(report.steady_device_allocs, report.steady_steps)
+        per_step(report.steady_device_allocs, report.steady_steps),
     );
     Ok(())
+}
+
+/// `--record N` / `--specs F`: the recorder-API model, its plan learned
+/// from N recorded steps or loaded from a spec file.
+fn recorded_run(
+    args: &Args,
+    cfg: &train::Config,
+    on: impl FnMut(train::Event<'_>),
+) -> Result<train::Report, Box<dyn std::error::Error>> {
+    let source = match (&args.record, &args.specs) {
+        (Some(n), _) => record_train::Source::Record(*n),
+        (None, Some(path)) => {
+            println!("plan from the spec file {path} (no recording step)");
+            record_train::Source::Preload(tensor_arena::SpecSet::load(path)?)
+        }
+        (None, None) => return Err("neither --record nor --specs was given".into()),
+    };
+    let save = args.save_specs.clone();
+    let mut saved = Ok(());
+    let (report, recorder) = record_train::train_recorded(cfg, source, on, |note| match note {
+        record_train::Note::Specs(specs, steps) => {
+            println!("specs learned over {steps} recorded steps, to be planned:");
+            println!("{specs}");
+            if let Some(path) = &save {
+                saved = specs.save(path);
+                if saved.is_ok() {
+                    println!("saved the learned specs to {path}\n");
+                }
+            }
+        }
+        record_train::Note::Rerecord(e) => {
+            println!("re-recording one step and re-planning: {e}");
+        }
+    })?;
+    saved?;
+    println!(
+        "recorder: {} recorded steps, {} pool requests, {} pool allocations, {} plan(s)",
+        recorder.recorded_steps, recorder.pool_requests, recorder.pool_allocations, recorder.plans
+    );
+    Ok(report)
 }
 
 fn main() -> ExitCode {

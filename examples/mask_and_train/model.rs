@@ -1,5 +1,7 @@
 //! The model on an arena: a token MLP with mean pooling and a linear head,
 //! trained with Adam. Every tensor of a step is a lease; nothing allocates.
+//! Written once against [`Backend`]: the same steps run on the host and on
+//! an Ascend device.
 //!
 //! ```text
 //! x      [B*L, F]  tokens, input-masked (bernoulli_ + apply_mask_)
@@ -8,12 +10,11 @@
 //! logits [B, C]    pooled W2 + b2 -> softmax cross-entropy
 //! ```
 
-use ndarray::Ix2;
-use tensor_arena::ops::gemm;
 use tensor_arena::{
-    Arena, Buffer, Device, DropoutMask, HostDevice, Lease, Phase, Planner, Result, Step,
+    Arena, Buffer, Device, DropoutMask, Kernels, Lease, Phase, Planner, Result, Step,
 };
 
+use crate::backend::{AdamSettings, Backend};
 use crate::data::{Batch, Dataset};
 
 /// Model and training sizes.
@@ -58,11 +59,20 @@ pub struct Net {
     h: Buffer<f32>,
     pooled: Buffer<f32>,
     logits: Buffer<f32>,
-    lengths: Buffer<i32>,
-    labels: Buffer<i32>,
+    probs: Buffer<f32>,
+    /// Per token: 1 for a real token, 0 for padding.
+    tokmask: Buffer<f32>,
+    /// Per sample: 1 / its length.
+    inv_len: Buffer<f32>,
+    /// Per sample: the label, one-hot.
+    onehot: Buffer<f32>,
     dpooled: Buffer<f32>,
     dh: Buffer<f32>,
     relu: Buffer<f32>,
+    /// Adam's step number, one f32 (the device operator reads it there).
+    adam_step: Buffer<f32>,
+    /// Device operators' workspace, when the backend needs one.
+    pub workspace: Option<Buffer<u8>>,
     backward: Phase,
     update: Phase,
     steps: u32,
@@ -76,9 +86,17 @@ pub struct StepStats {
     pub samples: usize,
 }
 
+pub const ADAM: AdamSettings = AdamSettings {
+    lr: 0.0,
+    beta1: 0.9,
+    beta2: 0.999,
+    eps: 1e-8,
+};
+
 impl Net {
-    /// Declares every buffer of the model on `planner`.
-    pub fn declare(planner: &mut Planner, sizes: Sizes) -> Result<Net> {
+    /// Declares every buffer of the model on `planner`, with a
+    /// `workspace`-byte device workspace when that is not 0.
+    pub fn declare(planner: &mut Planner, sizes: Sizes, workspace: usize) -> Result<Net> {
         let forward = planner.phase("forward")?;
         let backward = planner.phase("backward")?;
         let update = planner.phase("update")?;
@@ -101,6 +119,10 @@ impl Net {
         let b1 = param(planner, "b1", &[h])?;
         let w2 = param(planner, "w2", &[h, c])?;
         let b2 = param(planner, "b2", &[c])?;
+        let workspace = match workspace {
+            0 => None,
+            n => Some(planner.persistent::<u8>("aclnn.workspace", &[n])?),
+        };
         Ok(Net {
             sizes,
             w1,
@@ -111,12 +133,16 @@ impl Net {
             keep: planner.span::<f32>("input_keep_mask", &[b * l, f], forward, forward)?,
             h: planner.span::<f32>("h", &[b * l, h], forward, backward)?,
             pooled: planner.span::<f32>("pooled", &[b, h], forward, backward)?,
-            logits: planner.span::<f32>("logits", &[b, c], forward, backward)?,
-            lengths: planner.span::<i32>("lengths", &[b], forward, backward)?,
-            labels: planner.span::<i32>("labels", &[b], forward, backward)?,
+            logits: planner.span::<f32>("logits", &[b, c], forward, forward)?,
+            probs: planner.span::<f32>("probs", &[b, c], forward, backward)?,
+            tokmask: planner.span::<f32>("token_mask", &[b * l], forward, backward)?,
+            inv_len: planner.span::<f32>("inv_len", &[b], forward, backward)?,
+            onehot: planner.span::<f32>("onehot", &[b, c], forward, backward)?,
             dpooled: planner.span::<f32>("dpooled", &[b, h], backward, backward)?,
             dh: planner.span::<f32>("dh", &[b * l, h], backward, backward)?,
             relu: planner.span::<f32>("relu_mask", &[b * l, h], backward, backward)?,
+            adam_step: planner.persistent::<f32>("adam.step", &[1])?,
+            workspace,
             backward,
             update,
             steps: 0,
@@ -132,8 +158,8 @@ impl Net {
             classes: c,
             ..
         } = self.sizes;
-        arena.write(self.w1.value, &uniform(f * h, f, seed ^ 1))?;
-        arena.write(self.w2.value, &uniform(h * c, h, seed ^ 2))?;
+        arena.write(self.w1.value, &initial_weights(seed, f * h, f, 1))?;
+        arena.write(self.w2.value, &initial_weights(seed, h * c, h, 2))?;
         for p in [self.w1, self.b1, self.w2, self.b2] {
             let n = arena.plan().buffer(p.value.id())?.capacity();
             let zeros = vec![0.0; n];
@@ -147,32 +173,44 @@ impl Net {
     }
 
     /// One training step on `batch`: forward, loss, backward, Adam.
-    pub fn train_step(
+    pub fn train_step<B: Backend>(
         &mut self,
-        arena: &mut Arena<HostDevice>,
+        be: &B,
+        arena: &mut Arena<B::Dev>,
         data: &Dataset,
         batch: &Batch<'_>,
         hyper: &Hyper,
     ) -> Result<StepStats> {
         self.steps += 1;
-        let t = self.steps;
+        let t = self.steps as f32;
         let net = &*self;
         arena.step(|s| -> Result<StepStats> {
-            let (fwd, stats) = net.forward(s, data, batch, hyper)?;
+            let (fwd, stats) = net.forward(be, s, data, batch, hyper)?;
             s.enter(net.backward)?;
-            net.backward(s, fwd, batch)?;
+            net.backward(be, s, fwd, batch)?;
             s.enter(net.update)?;
+            let mut step = s.lease(net.adam_step)?;
+            be.upload(&mut step, |v| v[0] = t)?;
+            let a = AdamSettings {
+                lr: hyper.lr,
+                ..ADAM
+            };
             for p in [net.w1, net.b1, net.w2, net.b2] {
-                adam(s, p, hyper.lr, t)?;
+                let mut w = s.lease(p.value)?;
+                let g = s.lease(p.grad)?;
+                let mut m = s.lease(p.m)?;
+                let mut v = s.lease(p.v)?;
+                be.adam(s, &mut w, &mut m, &mut v, &g, &step, &a)?;
             }
             Ok(stats)
         })
     }
 
     /// Loss and accuracy on `batch` without masking, dropout or update.
-    pub fn evaluate(
+    pub fn evaluate<B: Backend>(
         &self,
-        arena: &mut Arena<HostDevice>,
+        be: &B,
+        arena: &mut Arena<B::Dev>,
         data: &Dataset,
         batch: &Batch<'_>,
     ) -> Result<StepStats> {
@@ -181,16 +219,20 @@ impl Net {
             input_keep: 1.0,
             dropout: 0.0,
         };
-        arena.step(|s| self.forward(s, data, batch, &plain).map(|(_, stats)| stats))
+        arena.step(|s| {
+            self.forward(be, s, data, batch, &plain)
+                .map(|(_, stats)| stats)
+        })
     }
 
-    fn forward<'s>(
+    fn forward<'s, B: Backend>(
         &self,
-        s: &'s Step<'_, HostDevice>,
+        be: &B,
+        s: &'s Step<'_, B::Dev>,
         data: &Dataset,
         batch: &Batch<'_>,
         hyper: &Hyper,
-    ) -> Result<(Forward<'s>, StepStats)> {
+    ) -> Result<(Forward<'s, B::Dev>, StepStats)> {
         let Sizes {
             features: f,
             hidden: hd,
@@ -199,14 +241,15 @@ impl Net {
         } = self.sizes;
         let (b, l) = (batch.samples.len(), batch.len);
         let rows = b * l;
-        let mut lengths = s.lease(self.lengths)?.with_shape(&[b])?;
-        let mut labels = s.lease(self.labels)?.with_shape(&[b])?;
-        for (k, &sample) in batch.samples.iter().enumerate() {
-            lengths.as_mut_slice()[k] = data.lengths[sample] as i32;
-            labels.as_mut_slice()[k] = data.labels[sample] as i32;
-        }
+        // Host data in: tokens, the padding mask, 1 / length, one-hot labels.
         let mut x = s.lease(self.x)?.with_shape(&[rows, f])?;
-        load_tokens(data, batch, x.as_mut_slice());
+        be.upload(&mut x, |x| load_tokens(data, batch, x))?;
+        let mut tokmask = s.lease(self.tokmask)?.with_shape(&[rows])?;
+        be.upload(&mut tokmask, |m| token_mask(data, batch, m))?;
+        let mut inv_len = s.lease(self.inv_len)?.with_shape(&[b])?;
+        be.upload(&mut inv_len, |v| inverse_lengths(data, batch, v))?;
+        let mut onehot = s.lease(self.onehot)?.with_shape(&[b, c])?;
+        be.upload(&mut onehot, |o| one_hot(data, batch, c, o))?;
         {
             // Input masking: a stored mask, applied with its 1/keep scale.
             let mut keep = s.lease(self.keep)?.with_shape(&[rows, f])?;
@@ -216,154 +259,101 @@ impl Net {
         let w1 = s.lease(self.w1.value)?;
         let b1 = s.lease(self.b1.value)?;
         let mut h = s.lease(self.h)?.with_shape(&[rows, hd])?;
-        gemm(
-            1.0,
-            x.view::<Ix2>()?,
-            w1.view::<Ix2>()?,
-            0.0,
-            h.view_mut::<Ix2>()?,
-        )?;
-        for row in h.as_mut_slice().chunks_exact_mut(hd) {
-            for (v, bias) in row.iter_mut().zip(b1.as_slice()) {
-                *v = (*v + bias).max(0.0);
-            }
-        }
+        be.matmul(s, &x, false, &w1, false, &mut h)?;
+        be.bias_relu(s, &mut h, &b1)?;
         // Fused dropout: no mask buffer; backward regenerates it.
         let mask = h.dropout_(hyper.dropout)?;
         let mut pooled = s.lease(self.pooled)?.with_shape(&[b, hd])?;
-        mean_pool(
-            h.as_slice(),
-            lengths.as_slice(),
-            l,
-            hd,
-            pooled.as_mut_slice(),
-        );
+        be.pool(s, &mut h, &tokmask, &inv_len, &mut pooled, l)?;
         let w2 = s.lease(self.w2.value)?;
         let b2 = s.lease(self.b2.value)?;
-        let mut logits = s.lease(self.logits)?.with_shape(&[b, c])?;
-        gemm(
-            1.0,
-            pooled.view::<Ix2>()?,
-            w2.view::<Ix2>()?,
-            0.0,
-            logits.view_mut::<Ix2>()?,
-        )?;
-        let stats = softmax_xent(logits.as_mut_slice(), b2.as_slice(), labels.as_slice(), c);
+        let mut probs = s.lease(self.probs)?.with_shape(&[b, c])?;
+        {
+            let mut logits = s.lease(self.logits)?.with_shape(&[b, c])?;
+            be.matmul(s, &pooled, false, &w2, false, &mut logits)?;
+            be.bias_softmax(s, &mut logits, &b2, &mut probs)?;
+        }
+        // The loss is read back, as a training loop reads `loss.item()`.
+        let stats = be.download(&probs, |p| cross_entropy(p, data, batch, c))?;
         let fwd = Forward {
             x,
             h,
             pooled,
-            probs: logits,
-            lengths,
-            labels,
+            probs,
+            tokmask,
+            inv_len,
+            onehot,
             w2,
             mask,
         };
         Ok((fwd, stats))
     }
 
-    fn backward(
+    fn backward<B: Backend>(
         &self,
-        s: &Step<'_, HostDevice>,
-        fwd: Forward<'_>,
+        be: &B,
+        s: &Step<'_, B::Dev>,
+        fwd: Forward<'_, B::Dev>,
         batch: &Batch<'_>,
     ) -> Result<()> {
-        let Sizes {
-            hidden: hd,
-            classes: c,
-            ..
-        } = self.sizes;
+        let hd = self.sizes.hidden;
         let (b, l) = (batch.samples.len(), batch.len);
         let Forward {
             x,
             h,
             pooled,
             probs: mut dlogits,
-            lengths,
-            labels,
+            tokmask,
+            inv_len,
+            onehot,
             w2,
             mask,
         } = fwd;
-        // Probabilities become dL/dlogits in place.
-        for (row, &y) in dlogits
-            .as_mut_slice()
-            .chunks_exact_mut(c)
-            .zip(labels.as_slice())
-        {
-            row[y as usize] -= 1.0;
-            row.iter_mut().for_each(|v| *v /= b as f32);
-        }
+        // Probabilities become dL/dlogits in place: (p - onehot) / B.
+        be.sub(s, &mut dlogits, &onehot)?;
+        dlogits.mul_scalar_(1.0 / b as f32)?;
         let mut gw2 = s.lease(self.w2.grad)?;
-        gemm(
-            1.0,
-            pooled.view::<Ix2>()?.t(),
-            dlogits.view::<Ix2>()?,
-            0.0,
-            gw2.view_mut::<Ix2>()?,
-        )?;
+        be.matmul(s, &pooled, true, &dlogits, false, &mut gw2)?;
         let mut gb2 = s.lease(self.b2.grad)?;
-        column_sums(dlogits.as_slice(), c, gb2.as_mut_slice());
+        be.column_sums(s, &dlogits, &mut gb2)?;
         let mut dpooled = s.lease(self.dpooled)?.with_shape(&[b, hd])?;
-        gemm(
-            1.0,
-            dlogits.view::<Ix2>()?,
-            w2.view::<Ix2>()?.t(),
-            0.0,
-            dpooled.view_mut::<Ix2>()?,
-        )?;
+        be.matmul(s, &dlogits, false, &w2, true, &mut dpooled)?;
         let mut dh = s.lease(self.dh)?.with_shape(&[b * l, hd])?;
-        unpool(
-            dpooled.as_slice(),
-            lengths.as_slice(),
-            l,
-            hd,
-            dh.as_mut_slice(),
-        );
+        be.unpool(s, &mut dpooled, &tokmask, &inv_len, &mut dh, l)?;
         dh.dropout_backward_(&mask)?;
         let mut relu = s.lease(self.relu)?.with_shape(&[b * l, hd])?;
-        for (r, &v) in relu.as_mut_slice().iter_mut().zip(h.as_slice()) {
-            *r = if v > 0.0 { 1.0 } else { 0.0 };
-        }
+        be.relu_mask(s, &h, &mut relu)?;
         dh.mul_(&relu)?;
         let mut gw1 = s.lease(self.w1.grad)?;
-        gemm(
-            1.0,
-            x.view::<Ix2>()?.t(),
-            dh.view::<Ix2>()?,
-            0.0,
-            gw1.view_mut::<Ix2>()?,
-        )?;
+        be.matmul(s, &x, true, &dh, false, &mut gw1)?;
         let mut gb1 = s.lease(self.b1.grad)?;
-        column_sums(dh.as_slice(), hd, gb1.as_mut_slice());
+        be.column_sums(s, &dh, &mut gb1)?;
         Ok(())
     }
 
-    /// A checksum of the weights, to compare runs.
-    pub fn checksum(&self, arena: &mut Arena<HostDevice>) -> Result<f64> {
-        let mut total = 0.0;
+    /// The weights, for comparing runs element by element.
+    pub fn weights<D: Device>(&self, arena: &mut Arena<D>) -> Result<Vec<f32>> {
+        let mut all = Vec::new();
         for p in [self.w1, self.b1, self.w2, self.b2] {
             let n = arena.plan().buffer(p.value.id())?.shape().elements();
             let mut host = vec![0.0f32; n];
             arena.read(p.value, &mut host)?;
-            total += host
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| f64::from(v) * (1.0 + (i % 7) as f64))
-                .sum::<f64>();
+            all.extend(host);
         }
-        Ok(total)
+        Ok(all)
     }
 }
 
 /// The forward pass's leases that the backward pass reads.
-struct Forward<'s> {
-    x: Lease<'s, f32, HostDevice>,
-    h: Lease<'s, f32, HostDevice>,
-    pooled: Lease<'s, f32, HostDevice>,
-    probs: Lease<'s, f32, HostDevice>,
-    lengths: Lease<'s, i32, HostDevice>,
-    labels: Lease<'s, i32, HostDevice>,
-    w2: Lease<'s, f32, HostDevice>,
+struct Forward<'s, D: Kernels> {
+    x: Lease<'s, f32, D>,
+    h: Lease<'s, f32, D>,
+    pooled: Lease<'s, f32, D>,
+    probs: Lease<'s, f32, D>,
+    tokmask: Lease<'s, f32, D>,
+    inv_len: Lease<'s, f32, D>,
+    onehot: Lease<'s, f32, D>,
+    w2: Lease<'s, f32, D>,
     mask: DropoutMask,
 }
 
@@ -379,108 +369,57 @@ pub fn load_tokens(data: &Dataset, batch: &Batch<'_>, x: &mut [f32]) {
     }
 }
 
-/// `pooled[b] = mean(h[b, t] for t < len_b)`.
-pub fn mean_pool(h: &[f32], lengths: &[i32], l: usize, hd: usize, pooled: &mut [f32]) {
-    for (k, (out, &len)) in pooled.chunks_exact_mut(hd).zip(lengths).enumerate() {
-        out.fill(0.0);
-        for t in 0..len as usize {
-            let row = &h[(k * l + t) * hd..][..hd];
-            out.iter_mut().zip(row).for_each(|(o, v)| *o += v);
-        }
-        let inv = 1.0 / len as f32;
-        out.iter_mut().for_each(|o| *o *= inv);
+/// 1 for each sample's real tokens, 0 for its padding (`[B*L]`).
+pub fn token_mask(data: &Dataset, batch: &Batch<'_>, m: &mut [f32]) {
+    let l = batch.len;
+    for (row, &sample) in m.chunks_exact_mut(l).zip(batch.samples) {
+        let len = data.lengths[sample];
+        row[..len].fill(1.0);
+        row[len..].fill(0.0);
     }
 }
 
-/// The gradient of `mean_pool`: `dh[b, t] = dpooled[b] / len_b` for real
-/// tokens, 0 for padding.
-pub fn unpool(dpooled: &[f32], lengths: &[i32], l: usize, hd: usize, dh: &mut [f32]) {
-    for (k, (g, &len)) in dpooled.chunks_exact(hd).zip(lengths).enumerate() {
-        let inv = 1.0 / len as f32;
-        for t in 0..l {
-            let row = &mut dh[(k * l + t) * hd..][..hd];
-            if t < len as usize {
-                row.iter_mut().zip(g).for_each(|(d, v)| *d = v * inv);
-            } else {
-                row.fill(0.0);
-            }
-        }
+/// Per sample: 1 / its length.
+pub fn inverse_lengths(data: &Dataset, batch: &Batch<'_>, v: &mut [f32]) {
+    for (v, &sample) in v.iter_mut().zip(batch.samples) {
+        *v = 1.0 / data.lengths[sample] as f32;
     }
 }
 
-/// Adds the bias, replaces logits by softmax probabilities, and returns the
-/// summed cross-entropy and the number of correct predictions.
-pub fn softmax_xent(logits: &mut [f32], bias: &[f32], labels: &[i32], c: usize) -> StepStats {
+/// Per sample: its label, one-hot over `c` classes.
+pub fn one_hot(data: &Dataset, batch: &Batch<'_>, c: usize, o: &mut [f32]) {
+    o.fill(0.0);
+    for (row, &sample) in o.chunks_exact_mut(c).zip(batch.samples) {
+        row[data.labels[sample]] = 1.0;
+    }
+}
+
+/// The initial weights of a `n`-element parameter with `fan_in` inputs:
+/// uniform in ±sqrt(6 / fan_in), from the Philox stream `seed ^ stream`.
+pub fn initial_weights(seed: u64, n: usize, fan_in: usize, stream: u64) -> Vec<f32> {
+    let bound = (6.0 / fan_in as f32).sqrt();
+    (0..n as u64)
+        .map(|i| {
+            let w = tensor_arena::ops::philox::stream_word(seed ^ stream, i);
+            ((w >> 8) as f32 / 16_777_216.0 * 2.0 - 1.0) * bound
+        })
+        .collect()
+}
+
+/// Summed cross-entropy and correct predictions from the probabilities.
+pub fn cross_entropy(probs: &[f32], data: &Dataset, batch: &Batch<'_>, c: usize) -> StepStats {
     let mut stats = StepStats::default();
-    for (row, &y) in logits.chunks_exact_mut(c).zip(labels) {
-        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+    for (row, &sample) in probs.chunks_exact(c).zip(batch.samples) {
+        let y = data.labels[sample];
         let (mut best, mut max) = (0, f32::NEG_INFINITY);
         for (j, &v) in row.iter().enumerate() {
             if v > max {
                 (best, max) = (j, v);
             }
         }
-        let mut sum = 0.0;
-        row.iter_mut().for_each(|v| {
-            *v = (*v - max).exp();
-            sum += *v;
-        });
-        row.iter_mut().for_each(|v| *v /= sum);
-        stats.loss_sum -= f64::from(row[y as usize].max(1e-30).ln());
-        stats.correct += usize::from(best == y as usize);
+        stats.loss_sum -= f64::from(row[y].max(1e-30).ln());
+        stats.correct += usize::from(best == y);
         stats.samples += 1;
     }
     stats
-}
-
-/// `out[j] = sum over rows of m[row, j]`.
-pub fn column_sums(m: &[f32], cols: usize, out: &mut [f32]) {
-    out.fill(0.0);
-    for row in m.chunks_exact(cols) {
-        out.iter_mut().zip(row).for_each(|(o, v)| *o += v);
-    }
-}
-
-/// One Adam update of a parameter from its gradient (bias-corrected,
-/// beta1 0.9, beta2 0.999).
-fn adam(s: &Step<'_, HostDevice>, p: Param, lr: f32, t: u32) -> Result<()> {
-    let mut w = s.lease(p.value)?;
-    let g = s.lease(p.grad)?;
-    let mut m = s.lease(p.m)?;
-    let mut v = s.lease(p.v)?;
-    update(
-        w.as_mut_slice(),
-        g.as_slice(),
-        m.as_mut_slice(),
-        v.as_mut_slice(),
-        adam_step_size(lr, t),
-    );
-    Ok(())
-}
-
-/// Adam's bias-corrected step size at step `t` (beta1 0.9, beta2 0.999).
-pub fn adam_step_size(lr: f32, t: u32) -> f32 {
-    const B1: f32 = 0.9;
-    const B2: f32 = 0.999;
-    lr * (1.0 - B2.powi(t as i32)).sqrt() / (1.0 - B1.powi(t as i32))
-}
-
-/// `n` initial weights, uniform in `±sqrt(6 / fan_in)`, from the Philox
-/// stream of `stream_seed`.
-pub fn uniform(n: usize, fan_in: usize, stream_seed: u64) -> Vec<f32> {
-    let bound = (6.0 / fan_in as f32).sqrt();
-    (0..n as u64)
-        .map(|i| {
-            let w = tensor_arena::ops::philox::stream_word(stream_seed, i);
-            ((w >> 8) as f32 / 16_777_216.0 * 2.0 - 1.0) * bound
-        })
-        .collect()
-}
-
-pub fn update(w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], step_size: f32) {
-    for (((w, g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-        *m = 0.9 * *m + 0.1 * g;
-        *v = 0.999 * *v + 0.001 * g * g;
-        *w -= step_size * *m / (v.sqrt() + 1e-8);
-    }
 }

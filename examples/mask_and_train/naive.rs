@@ -11,10 +11,11 @@ use std::time::Instant;
 
 use ndarray::{Array1, Array2, Axis};
 use tensor_arena::caching::{BlockId, CachingAllocator, CachingConfig, CachingStats};
-use tensor_arena::ops::{self, RngState, philox::stream_word};
+use tensor_arena::ops::{self, RngState};
 use tensor_arena::{CountingAllocator, Result};
 
 use crate::data::{Batch, Dataset, Loader};
+use crate::model::initial_weights;
 use crate::train::{Config, Progress};
 
 /// What the naive run measured.
@@ -63,14 +64,7 @@ struct Params {
 
 fn init(cfg: &Config) -> Params {
     let (f, h, c) = (cfg.sizes.features, cfg.sizes.hidden, cfg.sizes.classes);
-    let uniform = |n: usize, fan_in: usize, stream: u64| -> Vec<f32> {
-        let bound = (6.0 / fan_in as f32).sqrt();
-        (0..n as u64)
-            .map(|i| {
-                ((stream_word(cfg.seed ^ stream, i) >> 8) as f32 / 16_777_216.0 * 2.0 - 1.0) * bound
-            })
-            .collect()
-    };
+    let uniform = |n, fan_in, stream| initial_weights(cfg.seed, n, fan_in, stream);
     let zeros = |n: usize| (vec![0.0; n], vec![0.0; n]);
     Params {
         w1: Array2::from_shape_vec((f, h), uniform(f * h, f, 1))
@@ -238,7 +232,9 @@ fn bad_step(
     let gb1 = dev.track(dh.sum_axis(Axis(0)), bytes(hd));
 
     let lr = cfg.hyper.lr;
-    let step_size = lr * (1.0 - 0.999f32.powi(t)).sqrt() / (1.0 - 0.9f32.powi(t));
+    // AdamW without weight decay, as the arena loop (and aclnnApplyAdamWV2).
+    let bc1 = 1.0 - 0.9f32.powf(t as f32);
+    let bc2 = 1.0 - 0.999f32.powf(t as f32);
     let grads: [&[f32]; 4] = [
         gw1.as_slice().unwrap_or_default(),
         gb1.as_slice().unwrap_or_default(),
@@ -260,7 +256,7 @@ fn bad_step(
             bytes(g.len()),
         );
         let delta = dev.track(
-            &new_m / &(new_v.mapv(f32::sqrt) + 1e-8) * step_size,
+            &new_m.mapv(|m| lr * (m / bc1)) / &(new_v.mapv(|v| (v / bc2).sqrt()) + 1e-8),
             bytes(g.len()),
         );
         w.iter_mut().zip(delta.iter()).for_each(|(w, d)| *w -= d);

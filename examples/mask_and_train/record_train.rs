@@ -104,8 +104,8 @@ impl<N: FnMut(Note<'_>)> Trainer for RecordTrainer<N> {
             .map_or_else(String::new, |a| a.memory_summary())
     }
 
-    fn checksum(&mut self) -> Result<f64> {
-        self.net.checksum(&mut self.rec)
+    fn weights(&mut self) -> Result<Vec<f32>> {
+        self.net.weights(&mut self.rec)
     }
 }
 

@@ -1,22 +1,24 @@
 //! The same model step written once against the recorder API: no buffer is
-//! declared except the parameters and their Adam moments; every temporary
-//! is asked for by name with the shape this batch needs. While recording,
-//! the recorder learns the specs that `model.rs` writes by hand; once
-//! frozen, the same code leases a planned slab and allocates nothing.
+//! declared except the parameters, their Adam moments and Adam's step
+//! counter; every temporary is asked for by name with the shape this batch
+//! needs. While recording, the recorder learns the specs that `model.rs`
+//! writes by hand; once frozen, the same code leases a planned slab and
+//! allocates nothing.
 //!
-//! The arithmetic is `model.rs`'s own (its helper functions), so a recorded
-//! run trains bit for bit like the hand-declared one.
+//! The arithmetic is the host backend's own (`backend::host`, plus
+//! `model.rs`'s data helpers), in the same order, so a recorded run trains
+//! bit for bit like the hand-declared one on the host.
 
 use ndarray::Ix2;
-use tensor_arena::ops::gemm;
 use tensor_arena::{
     DropoutMask, HostDevice, Persistent, Phase, RecordStep, Recorder, Result, SiteLease,
 };
 
+use crate::backend::{AdamSettings, host};
 use crate::data::{Batch, Dataset};
 use crate::model::{
-    Hyper, Sizes, StepStats, adam_step_size, column_sums, load_tokens, mean_pool, softmax_xent,
-    uniform, unpool, update,
+    ADAM, Hyper, Sizes, StepStats, cross_entropy, initial_weights, inverse_lengths, load_tokens,
+    one_hot, token_mask,
 };
 
 /// One parameter: its value and Adam moments (persistent), and the name of
@@ -36,12 +38,13 @@ pub struct RecNet {
     b1: Param,
     w2: Param,
     b2: Param,
+    adam_step: Persistent<f32>,
     backward: Phase,
     update: Phase,
     steps: u32,
 }
 
-type L<'s, T> = SiteLease<'s, T, HostDevice>;
+type L<'s> = SiteLease<'s, f32, HostDevice>;
 
 impl RecNet {
     /// Declares the phases and the persistent buffers on `rec`.
@@ -64,12 +67,21 @@ impl RecNet {
                 shape: shape.to_vec(),
             })
         };
+        let (w1, b1) = (
+            param("w1", "w1.grad", &[f, h])?,
+            param("b1", "b1.grad", &[h])?,
+        );
+        let (w2, b2) = (
+            param("w2", "w2.grad", &[h, c])?,
+            param("b2", "b2.grad", &[c])?,
+        );
         Ok(RecNet {
             sizes,
-            w1: param("w1", "w1.grad", &[f, h])?,
-            b1: param("b1", "b1.grad", &[h])?,
-            w2: param("w2", "w2.grad", &[h, c])?,
-            b2: param("b2", "b2.grad", &[c])?,
+            w1,
+            b1,
+            w2,
+            b2,
+            adam_step: rec.persistent::<f32>("adam.step", &[1])?,
             backward,
             update,
             steps: 0,
@@ -84,8 +96,8 @@ impl RecNet {
             classes: c,
             ..
         } = self.sizes;
-        rec.write(self.w1.value, &uniform(f * h, f, seed ^ 1))?;
-        rec.write(self.w2.value, &uniform(h * c, h, seed ^ 2))?;
+        rec.write(self.w1.value, &initial_weights(seed, f * h, f, 1))?;
+        rec.write(self.w2.value, &initial_weights(seed, h * c, h, 2))?;
         for p in [&self.b1, &self.b2] {
             rec.write(p.value, &vec![0.0; p.shape.iter().product()])?;
         }
@@ -110,8 +122,14 @@ impl RecNet {
             s.enter(net.backward)?;
             net.backward(s, fwd, batch)?;
             s.enter(net.update)?;
+            let mut step = s.lease(net.adam_step)?;
+            step.as_mut_slice()[0] = t as f32;
+            let a = AdamSettings {
+                lr: hyper.lr,
+                ..ADAM
+            };
             for p in [&net.w1, &net.b1, &net.w2, &net.b2] {
-                adam(s, p, hyper.lr, t)?;
+                adam(s, p, step.as_slice()[0], &a)?;
             }
             Ok(stats)
         })?;
@@ -149,14 +167,17 @@ impl RecNet {
         } = self.sizes;
         let (b, l) = (batch.samples.len(), batch.len);
         let rows = b * l;
-        let mut lengths = s.temp::<i32>("lengths", &[b])?;
-        let mut labels = s.temp::<i32>("labels", &[b])?;
-        for (k, &sample) in batch.samples.iter().enumerate() {
-            lengths.as_mut_slice()[k] = data.lengths[sample] as i32;
-            labels.as_mut_slice()[k] = data.labels[sample] as i32;
-        }
+        // Every batch-sized request comes before any mask is drawn or any
+        // parameter written, so a step refused for an oversized request
+        // changed nothing (see `record_train.rs`).
         let mut x = s.temp::<f32>("x", &[rows, f])?;
+        let mut tokmask = s.temp::<f32>("token_mask", &[rows])?;
+        let mut inv_len = s.temp::<f32>("inv_len", &[b])?;
+        let mut onehot = s.temp::<f32>("onehot", &[b, c])?;
         load_tokens(data, batch, x.as_mut_slice());
+        token_mask(data, batch, tokmask.as_mut_slice());
+        inverse_lengths(data, batch, inv_len.as_mut_slice());
+        one_hot(data, batch, c, onehot.as_mut_slice());
         {
             let mut keep = s.temp::<f32>("input_keep_mask", &[rows, f])?;
             keep.bernoulli_(hyper.input_keep)?;
@@ -165,45 +186,47 @@ impl RecNet {
         let w1 = s.lease(self.w1.value)?;
         let b1 = s.lease(self.b1.value)?;
         let mut h = s.temp::<f32>("h", &[rows, hd])?;
-        gemm(
-            1.0,
+        host::matmul(
             x.view::<Ix2>()?,
+            false,
             w1.view::<Ix2>()?,
-            0.0,
+            false,
             h.view_mut::<Ix2>()?,
         )?;
-        for row in h.as_mut_slice().chunks_exact_mut(hd) {
-            for (v, bias) in row.iter_mut().zip(b1.as_slice()) {
-                *v = (*v + bias).max(0.0);
-            }
-        }
+        host::bias_relu(h.as_mut_slice(), b1.as_slice());
         let mask = h.dropout_(hyper.dropout)?;
         let mut pooled = s.temp::<f32>("pooled", &[b, hd])?;
-        mean_pool(
-            h.as_slice(),
-            lengths.as_slice(),
+        host::pool(
+            h.as_mut_slice(),
+            tokmask.as_slice(),
+            inv_len.as_slice(),
+            pooled.as_mut_slice(),
             l,
             hd,
-            pooled.as_mut_slice(),
         );
         let w2 = s.lease(self.w2.value)?;
         let b2 = s.lease(self.b2.value)?;
-        let mut logits = s.temp::<f32>("logits", &[b, c])?;
-        gemm(
-            1.0,
-            pooled.view::<Ix2>()?,
-            w2.view::<Ix2>()?,
-            0.0,
-            logits.view_mut::<Ix2>()?,
-        )?;
-        let stats = softmax_xent(logits.as_mut_slice(), b2.as_slice(), labels.as_slice(), c);
+        let mut probs = s.temp::<f32>("probs", &[b, c])?;
+        {
+            let mut logits = s.temp::<f32>("logits", &[b, c])?;
+            host::matmul(
+                pooled.view::<Ix2>()?,
+                false,
+                w2.view::<Ix2>()?,
+                false,
+                logits.view_mut::<Ix2>()?,
+            )?;
+            host::bias_softmax(logits.as_mut_slice(), b2.as_slice(), probs.as_mut_slice());
+        }
+        let stats = cross_entropy(probs.as_slice(), data, batch, c);
         let fwd = Forward {
             x,
             h,
             pooled,
-            probs: logits,
-            lengths,
-            labels,
+            probs,
+            tokmask,
+            inv_len,
+            onehot,
             w2,
             mask,
         };
@@ -216,116 +239,104 @@ impl RecNet {
         fwd: Forward<'_>,
         batch: &Batch<'_>,
     ) -> Result<()> {
-        let Sizes {
-            hidden: hd,
-            classes: c,
-            ..
-        } = self.sizes;
+        let hd = self.sizes.hidden;
         let (b, l) = (batch.samples.len(), batch.len);
         let Forward {
             x,
             h,
             pooled,
             probs: mut dlogits,
-            lengths,
-            labels,
+            tokmask,
+            inv_len,
+            onehot,
             w2,
             mask,
         } = fwd;
-        for (row, &y) in dlogits
-            .as_mut_slice()
-            .chunks_exact_mut(c)
-            .zip(labels.as_slice())
-        {
-            row[y as usize] -= 1.0;
-            row.iter_mut().for_each(|v| *v /= b as f32);
-        }
+        host::sub(dlogits.as_mut_slice(), onehot.as_slice());
+        dlogits.mul_scalar_(1.0 / b as f32)?;
         let mut gw2 = s.temp::<f32>(self.w2.grad, &self.w2.shape)?;
-        gemm(
-            1.0,
-            pooled.view::<Ix2>()?.t(),
+        host::matmul(
+            pooled.view::<Ix2>()?,
+            true,
             dlogits.view::<Ix2>()?,
-            0.0,
+            false,
             gw2.view_mut::<Ix2>()?,
         )?;
         let mut gb2 = s.temp::<f32>(self.b2.grad, &self.b2.shape)?;
-        column_sums(dlogits.as_slice(), c, gb2.as_mut_slice());
+        host::column_sums(dlogits.as_slice(), gb2.as_mut_slice());
         let mut dpooled = s.temp::<f32>("dpooled", &[b, hd])?;
-        gemm(
-            1.0,
+        host::matmul(
             dlogits.view::<Ix2>()?,
-            w2.view::<Ix2>()?.t(),
-            0.0,
+            false,
+            w2.view::<Ix2>()?,
+            true,
             dpooled.view_mut::<Ix2>()?,
         )?;
         let mut dh = s.temp::<f32>("dh", &[b * l, hd])?;
-        unpool(
-            dpooled.as_slice(),
-            lengths.as_slice(),
+        host::unpool(
+            dpooled.as_mut_slice(),
+            tokmask.as_slice(),
+            inv_len.as_slice(),
+            dh.as_mut_slice(),
             l,
             hd,
-            dh.as_mut_slice(),
         );
         dh.dropout_backward_(&mask)?;
         let mut relu = s.temp::<f32>("relu_mask", &[b * l, hd])?;
-        for (r, &v) in relu.as_mut_slice().iter_mut().zip(h.as_slice()) {
-            *r = if v > 0.0 { 1.0 } else { 0.0 };
-        }
+        host::relu_mask(h.as_slice(), relu.as_mut_slice());
         dh.mul_(&relu)?;
         let mut gw1 = s.temp::<f32>(self.w1.grad, &self.w1.shape)?;
-        gemm(
-            1.0,
-            x.view::<Ix2>()?.t(),
+        host::matmul(
+            x.view::<Ix2>()?,
+            true,
             dh.view::<Ix2>()?,
-            0.0,
+            false,
             gw1.view_mut::<Ix2>()?,
         )?;
         let mut gb1 = s.temp::<f32>(self.b1.grad, &self.b1.shape)?;
-        column_sums(dh.as_slice(), hd, gb1.as_mut_slice());
+        host::column_sums(dh.as_slice(), gb1.as_mut_slice());
         Ok(())
     }
 
-    /// A checksum of the weights, computed as `Net::checksum` does.
-    pub fn checksum(&self, rec: &mut Recorder<HostDevice>) -> Result<f64> {
-        let mut total = 0.0;
+    /// The weights (w1, b1, w2, b2, flattened), as `Net::weights`.
+    pub fn weights(&self, rec: &mut Recorder<HostDevice>) -> Result<Vec<f32>> {
+        let mut all = Vec::new();
         for p in [&self.w1, &self.b1, &self.w2, &self.b2] {
             let mut host = vec![0.0f32; p.shape.iter().product()];
             rec.read(p.value, &mut host)?;
-            total += host
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| f64::from(v) * (1.0 + (i % 7) as f64))
-                .sum::<f64>();
+            all.extend(host);
         }
-        Ok(total)
+        Ok(all)
     }
 }
 
 /// The forward pass's leases that the backward pass reads.
 struct Forward<'s> {
-    x: L<'s, f32>,
-    h: L<'s, f32>,
-    pooled: L<'s, f32>,
-    probs: L<'s, f32>,
-    lengths: L<'s, i32>,
-    labels: L<'s, i32>,
-    w2: L<'s, f32>,
+    x: L<'s>,
+    h: L<'s>,
+    pooled: L<'s>,
+    probs: L<'s>,
+    tokmask: L<'s>,
+    inv_len: L<'s>,
+    onehot: L<'s>,
+    w2: L<'s>,
     mask: DropoutMask,
 }
 
-/// One Adam update of a parameter from its gradient, which backward left in
-/// the gradient's site.
-fn adam(s: &RecordStep<'_, HostDevice>, p: &Param, lr: f32, t: u32) -> Result<()> {
+/// One AdamW update of a parameter from its gradient, which backward left
+/// in the gradient's site.
+fn adam(s: &RecordStep<'_, HostDevice>, p: &Param, t: f32, a: &AdamSettings) -> Result<()> {
     let mut w = s.lease(p.value)?;
     let g = s.temp::<f32>(p.grad, &p.shape)?;
     let mut m = s.lease(p.m)?;
     let mut v = s.lease(p.v)?;
-    update(
+    host::adam(
         w.as_mut_slice(),
-        g.as_slice(),
         m.as_mut_slice(),
         v.as_mut_slice(),
-        adam_step_size(lr, t),
+        g.as_slice(),
+        t,
+        a,
     );
     Ok(())
 }

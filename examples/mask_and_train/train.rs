@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
-use tensor_arena::{Arena, ArenaOptions, CountingAllocator, Device, HostDevice, Planner, Result};
+use tensor_arena::{Arena, ArenaOptions, CountingAllocator, Device, Planner, Result};
 
+use crate::backend::{Backend, HostBackend};
 use crate::data::{Batch, Dataset, Loader};
 use crate::model::{Hyper, Net, Sizes, StepStats};
 
@@ -103,6 +104,10 @@ pub struct Report {
     pub checksum: f64,
     /// Checked mode: what the guards caught (empty when all is well).
     pub guard_violations: Vec<String>,
+    /// The trained weights (w1, b1, w2, b2, flattened).
+    pub weights: Vec<f32>,
+    /// Device allocation calls over the whole run (the slab: 1).
+    pub device_allocs: u64,
 }
 
 /// A model on its memory, as the training loop drives it.
@@ -125,7 +130,8 @@ pub trait Trainer {
     /// Device allocation calls so far.
     fn device_allocs(&self) -> u64;
     fn memory_summary(&self) -> String;
-    fn checksum(&mut self) -> Result<f64>;
+    /// The trained weights (w1, b1, w2, b2, flattened).
+    fn weights(&mut self) -> Result<Vec<f32>>;
     /// Checked mode: what the guards caught (empty when all is well or
     /// when the model does not run in checked mode).
     fn guard_violations(&mut self) -> Vec<String> {
@@ -133,61 +139,85 @@ pub trait Trainer {
     }
 }
 
-/// The hand-written model on its planned arena.
-struct ArenaTrainer {
+/// The hand-written model on its planned arena, on `backend`'s device.
+struct ArenaTrainer<'b, B: Backend> {
     net: Net,
-    arena: Arena<HostDevice>,
-    device: HostDevice,
+    arena: Arena<B::Dev>,
+    backend: &'b B,
 }
 
-impl Trainer for ArenaTrainer {
+impl<B: Backend> Trainer for ArenaTrainer<'_, B> {
     fn train_step(
         &mut self,
         data: &Dataset,
         batch: &Batch<'_>,
         hyper: &Hyper,
     ) -> Result<StepStats> {
-        self.net.train_step(&mut self.arena, data, batch, hyper)
+        self.net
+            .train_step(self.backend, &mut self.arena, data, batch, hyper)
     }
+
     fn evaluate(&mut self, data: &Dataset, batch: &Batch<'_>) -> Result<StepStats> {
-        self.net.evaluate(&mut self.arena, data, batch)
+        self.net
+            .evaluate(self.backend, &mut self.arena, data, batch)
     }
+
     fn steady(&self, step: usize) -> bool {
         step > 1
     }
+
     fn device_allocs(&self) -> u64 {
-        self.device.counters().alloc_calls
+        self.arena.device().counters().alloc_calls
     }
+
     fn memory_summary(&self) -> String {
         self.arena.memory_summary()
     }
-    fn checksum(&mut self) -> Result<f64> {
-        self.net.checksum(&mut self.arena)
+
+    fn weights(&mut self) -> Result<Vec<f32>> {
+        self.net.weights(&mut self.arena)
     }
+
     fn guard_violations(&mut self) -> Vec<String> {
         let found = self.arena.verify().err().map(|e| e.to_string());
         found.into_iter().collect()
     }
 }
 
-/// Trains on the arena, reporting the plan and, every `log_every` steps,
-/// progress (outside the measured region).
-pub fn train_arena(cfg: &Config, mut on: impl FnMut(Event<'_>)) -> Result<Report> {
-    let sizes = padded_sizes(cfg);
+/// Trains on the host device: see [`train_on`].
+// The example's `main` builds its backend itself; tests call this.
+#[allow(dead_code)]
+pub fn train_arena(cfg: &Config, on: impl FnMut(Event<'_>)) -> Result<Report> {
+    let backend = HostBackend::new(cfg.threads)?;
+    train_on(cfg, &backend, on)
+}
 
-    // Startup: declare, plan, reserve.
+/// Trains the hand-written model on `backend`'s device.
+pub fn train_on<B: Backend>(
+    cfg: &Config,
+    backend: &B,
+    mut on: impl FnMut(Event<'_>),
+) -> Result<Report> {
+    let sizes = padded_sizes(cfg);
+    // Startup: ask the device how much operator workspace the largest
+    // shapes need, declare, plan, reserve.
+    let workspace = backend.workspace_bytes(&sizes)?;
     let mut planner = Planner::new();
-    let net = Net::declare(&mut planner, sizes)?;
+    let net = Net::declare(&mut planner, sizes, workspace)?;
+    backend.bind_workspace(net.workspace);
     let plan = planner.plan()?;
     on(Event::Plan(&plan));
-    let device = HostDevice::new().with_threads(cfg.threads)?;
     let options = ArenaOptions {
         checked: cfg.checked,
     };
-    let mut arena = Arena::with_options(device.clone(), plan, options)?;
+    let mut arena = Arena::with_options(backend.device(), plan, options)?;
     arena.set_seed(cfg.seed);
     net.init(&mut arena, cfg.seed)?;
-    let mut trainer = ArenaTrainer { net, arena, device };
+    let mut trainer = ArenaTrainer {
+        net,
+        arena,
+        backend,
+    };
     run(cfg, &mut trainer, &mut on)
 }
 
@@ -198,6 +228,15 @@ pub fn padded_sizes(cfg: &Config) -> Sizes {
     sizes.max_batch = cfg.batch;
     sizes.max_len = sizes.max_len.next_multiple_of(16);
     sizes
+}
+
+/// The weights' checksum that runs are compared by.
+pub fn checksum(weights: &[f32]) -> f64 {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| f64::from(v) * (1.0 + (i % 7) as f64))
+        .sum()
 }
 
 /// The training loop: trains, measures allocations per steady-state step,
@@ -255,6 +294,7 @@ pub fn run(cfg: &Config, model: &mut dyn Trainer, on: &mut dyn FnMut(Event<'_>))
         total.correct += s.correct;
         total.samples += s.samples;
     }
+    let weights = model.weights()?;
     Ok(Report {
         first_loss: window_losses.first().copied().unwrap_or(f64::NAN),
         last_loss: window_losses.last().copied().unwrap_or(f64::NAN),
@@ -266,7 +306,9 @@ pub fn run(cfg: &Config, model: &mut dyn Trainer, on: &mut dyn FnMut(Event<'_>))
         steady_device_allocs: dev_allocs,
         steady_steps: steady,
         memory_summary: model.memory_summary(),
-        checksum: model.checksum()?,
+        checksum: checksum(&weights),
+        weights,
+        device_allocs: model.device_allocs(),
         guard_violations: model.guard_violations(),
     })
 }

@@ -2,8 +2,9 @@
 // kernels/ascend/, compiled unmodified against the shim's kernel_operator.h,
 // behind entry points with the signatures CANN's ascendc_library generates
 // (`aclrtlaunch_<kernel>(numBlocks, stream, args...)`, GM pointers as
-// void*). The stream is ignored: a launch runs to completion before it
-// returns.
+// void*). A launch runs to completion before it returns; the stream only
+// goes to the simulated runtime's launch hook, when one is loaded
+// (ta_shim/launch.h).
 //
 // The kernel sources are included, not linked, so the compiler checks every
 // entry point's argument list against the kernel it calls.
@@ -22,8 +23,7 @@
                                                             uint64_t totalLength, uint64_t blockLength,     \
                                                             uint32_t tileLength)                            \
     {                                                                                                      \
-        (void)stream;                                                                                      \
-        return ta_shim::Launch(#kernel, numBlocks, [&] {                                                   \
+        return ta_shim::Launch(#kernel, numBlocks, stream, [&] {                                                   \
             kernel(static_cast<GM_ADDR>(x), p, seed, offset, totalLength, blockLength, tileLength);       \
         });                                                                                                \
     }
@@ -33,8 +33,7 @@
                                                             uint64_t totalLength, uint64_t blockLength,     \
                                                             uint32_t tileLength)                            \
     {                                                                                                      \
-        (void)stream;                                                                                      \
-        return ta_shim::Launch(#kernel, numBlocks, [&] {                                                   \
+        return ta_shim::Launch(#kernel, numBlocks, stream, [&] {                                                   \
             kernel(static_cast<GM_ADDR>(x), static_cast<GM_ADDR>(y), totalLength, blockLength, tileLength); \
         });                                                                                                \
     }
@@ -44,8 +43,7 @@
                                                             void *mask, float scale, uint64_t totalLength,  \
                                                             uint64_t blockLength, uint32_t tileLength)      \
     {                                                                                                      \
-        (void)stream;                                                                                      \
-        return ta_shim::Launch(#kernel, numBlocks, [&] {                                                   \
+        return ta_shim::Launch(#kernel, numBlocks, stream, [&] {                                                   \
             kernel(static_cast<GM_ADDR>(x), static_cast<GM_ADDR>(mask), scale, totalLength, blockLength,   \
                    tileLength);                                                                            \
         });                                                                                                \
@@ -56,8 +54,7 @@
                                                             uint64_t totalLength, uint64_t blockLength,     \
                                                             uint32_t tileLength)                            \
     {                                                                                                      \
-        (void)stream;                                                                                      \
-        return ta_shim::Launch(#kernel, numBlocks, [&] {                                                   \
+        return ta_shim::Launch(#kernel, numBlocks, stream, [&] {                                                   \
             kernel(static_cast<GM_ADDR>(x), s, totalLength, blockLength, tileLength);                     \
         });                                                                                                \
     }

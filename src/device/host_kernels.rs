@@ -3,9 +3,10 @@
 
 use super::cpu::run;
 use super::host::{HostDevice, HostSlab};
+use super::launch::check_launch;
 use super::{Device, Kernels, Region, Slab};
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::{Float, Kernel};
 use half::{bf16, f16};
 
@@ -26,79 +27,18 @@ impl Kernels for HostDevice {
         x: Region,
         other: Option<Region>,
     ) -> Result<()> {
-        kernel.validate()?;
-        let other = if kernel.has_operand() {
-            let o = other.ok_or_else(|| {
-                self.bad_launch(kernel, "the kernel needs a second operand".into())
-            })?;
-            Some(o)
-        } else {
-            None
-        };
-        self.check_region(slab, kernel, x, dtype)?;
-        if let Some(o) = other {
-            self.check_region(slab, kernel, o, dtype)?;
-            if o.len != x.len {
-                return Err(self.bad_launch(
-                    kernel,
-                    format!("operand lengths differ: {} and {} bytes", x.len, o.len),
-                ));
-            }
-            if x.offset < o.offset + o.len && o.offset < x.offset + x.len {
-                return Err(Error::AliasedOperands {
-                    op: kernel.name(),
-                    buffer: format!("region at {}", x.offset),
-                    other: format!("region at {}", o.offset),
-                });
-            }
-        }
+        let other = check_launch(self.name(), slab.len(), kernel, dtype, x, other)?;
         match dtype {
             DType::F32 => self.run_typed::<f32>(slab, kernel, x, other),
             DType::F16 => self.run_typed::<f16>(slab, kernel, x, other),
             DType::BF16 => self.run_typed::<bf16>(slab, kernel, x, other),
-            DType::I32 | DType::U8 => Err(self.bad_launch(
-                kernel,
-                format!("element type {dtype} is not supported; use f32, f16 or bf16"),
-            )),
+            // Refused by `check_launch`.
+            DType::I32 | DType::U8 => Ok(()),
         }
     }
 }
 
 impl HostDevice {
-    fn bad_launch(&self, kernel: &Kernel, message: String) -> Error {
-        Error::Device {
-            device: self.name().to_owned(),
-            operation: kernel.name(),
-            message,
-        }
-    }
-
-    fn check_region(
-        &self,
-        slab: &HostSlab,
-        kernel: &Kernel,
-        r: Region,
-        dtype: DType,
-    ) -> Result<()> {
-        let inside = r
-            .offset
-            .checked_add(r.len)
-            .is_some_and(|end| end <= slab.len());
-        let aligned = r.offset % 64 == 0 && r.len % dtype.size() == 0;
-        if !inside || !aligned {
-            return Err(self.bad_launch(
-                kernel,
-                format!(
-                    "region {}+{} is outside the {}-byte slab or not aligned for {dtype}",
-                    r.offset,
-                    r.len,
-                    slab.len()
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     fn run_typed<T: Float>(
         &self,
         slab: &HostSlab,

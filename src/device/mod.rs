@@ -5,12 +5,14 @@
 //! length in the slab), not buffer specs, so the arena, leases and tests are
 //! the same on every backend. All `unsafe` of the crate is fenced here.
 
+pub mod ascend;
 pub mod ascend_abi;
 mod counting_alloc;
 pub(crate) mod cpu;
 mod host;
 mod host_kernels;
 mod host_view;
+mod launch;
 mod workers;
 
 pub use counting_alloc::{AllocCounts, CountingAllocator};

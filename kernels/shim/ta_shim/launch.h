@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <dlfcn.h>
+#endif
+
 #include "state.h"
 
 #if defined(__GNUC__)
@@ -92,6 +96,39 @@ uint32_t Launch(const char *kernel, uint32_t numBlocks, Body &&body)
     }
     CheckCrossCore(kernel);
     return c.violations == before ? 0 : kViolationCode;
+}
+
+// A runtime's launch hook: CANN's generated aclrtlaunch_* code hands the
+// kernel to the runtime it is linked with; the shim looks for the simulated
+// runtime's `tasim_kernel_launch` in the process's global scope (where the
+// Ascend backend loads the runtime) and, when present, lets it check the
+// stream, count the launch and inject failures. Absent, launches run as
+// before.
+using RuntimeHook = uint32_t (*)(void *stream, const char *kernel, uint32_t numBlocks);
+
+inline RuntimeHook FindRuntimeHook()
+{
+#if defined(__unix__) || defined(__APPLE__)
+    return reinterpret_cast<RuntimeHook>(dlsym(RTLD_DEFAULT, "tasim_kernel_launch"));
+#else
+    return nullptr;
+#endif
+}
+
+// Launch on `stream`: the runtime hook (if any) may refuse it with an error
+// code, which is returned without running the kernel.
+template <typename Body>
+uint32_t Launch(const char *kernel, uint32_t numBlocks, void *stream, Body &&body)
+{
+    if (numBlocks != 0 && numBlocks <= 65535) {
+        if (RuntimeHook hook = FindRuntimeHook()) {
+            const uint32_t refused = hook(stream, kernel, numBlocks);
+            if (refused != 0) {
+                return refused;
+            }
+        }
+    }
+    return Launch(kernel, numBlocks, body);
 }
 
 } // namespace ta_shim

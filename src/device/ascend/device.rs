@@ -1,0 +1,509 @@
+//! Layer 3: the safe Ascend device. RAII owners for the device reference
+//! (`aclrtSetDevice` / `aclrtResetDevice`), the stream and the slab
+//! (`aclrtMalloc` / `aclrtFree`), and the `Device` and `Kernels`
+//! implementations on top.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::path::Path;
+use std::rc::Rc;
+
+use super::config::{AscendConfig, MallocPolicy, MemAttr};
+use super::kernels::KernelLib;
+use super::result::{self, Failure};
+use super::runtime::AscendRuntime;
+use super::sys::{
+    ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_DEVICE_OOM, ACL_ERROR_RT_MEMORY_ALLOCATION,
+    ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclrtStream,
+};
+use crate::device::ascend_abi::Tiling;
+use crate::device::launch::check_launch;
+use crate::device::{Device, DeviceCounters, Kernels, Region, Slab};
+use crate::dtype::DType;
+use crate::error::{Available, Error, Result};
+use crate::ops::Kernel;
+
+/// Cores a launch uses when the runtime cannot say how many it has.
+const FALLBACK_BLOCKS: u32 = 8;
+
+/// An Ascend NPU reached through the ACL runtime, loaded at run time.
+///
+/// Opening it calls `aclInit` (tolerating a process that already did),
+/// `aclrtSetDevice` and creates the device's own stream; the arena's slab
+/// is one `aclrtMalloc` (huge pages first by default), checked against
+/// `aclrtGetMemInfo` first so an oversized plan fails with needed and free
+/// bytes. Copies synchronise the stream first, so they see every kernel
+/// queued before them. Kernels run through the `aclrtlaunch_ta_*` functions
+/// of the kernel library; aclnn operators through `Step::aclnn` (see
+/// [`aclnn`](super::aclnn)).
+///
+/// The device is bound to the thread that opened it (ACL contexts are per
+/// thread), so it is neither `Send` nor `Sync`. Cloning is cheap and
+/// shares the stream and counters. Dropping the last clone (after the
+/// slab) destroys the stream and resets the device; `aclFinalize` is left
+/// to [`AscendRuntime::finalize`].
+///
+/// Its slab is device memory, so leases on it have no host slices (it is
+/// not [`HostAccessible`](crate::HostAccessible)); copies and kernels are
+/// the way in and out:
+///
+/// ```compile_fail
+/// use tensor_arena::Lease;
+/// use tensor_arena::device::ascend::AscendDevice;
+/// fn first(l: &Lease<'_, f32, AscendDevice>) -> f32 {
+///     l.as_slice()[0] // no such method: the bytes are not in host memory
+/// }
+/// ```
+///
+/// On a machine without CANN, [`AscendDevice::new`] returns
+/// [`Error::LibraryNotFound`] naming every library and directory searched:
+///
+/// ```
+/// use tensor_arena::device::ascend::{AscendConfig, AscendDevice};
+/// let empty = std::env::temp_dir().join("no-cann-here");
+/// std::fs::create_dir_all(&empty)?;
+/// let cfg = AscendConfig::new().search_dir(&empty).system_search(false);
+/// let err = AscendDevice::new(cfg).unwrap_err().to_string();
+/// assert!(err.contains("libascendcl.so") && err.contains("set_env.sh"), "{err}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct AscendDevice {
+    inner: Rc<Inner>,
+}
+
+/// Field order is drop order: the stream goes before the device reference.
+struct Inner {
+    stream: Stream,
+    _context: Context,
+    runtime: AscendRuntime,
+    kernels: Option<&'static KernelLib>,
+    name: String,
+    id: i32,
+    policy: MallocPolicy,
+    attr: MemAttr,
+    max_blocks: u32,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    alloc_calls: Cell<u64>,
+    free_calls: Cell<u64>,
+    failed_allocs: Cell<u64>,
+    bytes_in_use: Cell<u64>,
+    peak_bytes: Cell<u64>,
+}
+
+/// One `aclrtSetDevice` reference, reset when dropped.
+struct Context {
+    runtime: AscendRuntime,
+    id: i32,
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: the stream and every slab of this device were dropped
+        // before (field order, and slabs hold the device alive).
+        // A failure cannot be reported from a destructor.
+        let _ = unsafe { result::reset_device(self.runtime.rt(), self.id) };
+    }
+}
+
+/// The device's own stream, drained and destroyed when dropped.
+struct Stream {
+    runtime: AscendRuntime,
+    raw: AclrtStream,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let rt = self.runtime.rt();
+        // SAFETY: the stream is live until here and not used afterwards;
+        // draining it first means no queued work outlives it.
+        unsafe {
+            let _ = result::synchronize(rt, self.raw);
+            let _ = result::destroy_stream(rt, self.raw);
+        }
+    }
+}
+
+impl AscendDevice {
+    /// Loads the runtime as `config` says and opens its device: see
+    /// [`AscendConfig`] for where libraries are searched.
+    pub fn new(config: AscendConfig) -> Result<AscendDevice> {
+        let runtime = AscendRuntime::load(&config)?;
+        AscendDevice::open(runtime, &config)
+    }
+
+    /// Opens device `config.device_id` of an already loaded runtime, with
+    /// its own stream, and loads the kernel library (unless
+    /// `config.kernels` is off).
+    pub fn open(runtime: AscendRuntime, config: &AscendConfig) -> Result<AscendDevice> {
+        let id = config.device_id;
+        let name = format!("ascend:{id}");
+        let rt = runtime.rt();
+        let fail = |f: Failure| f.into_error(&name);
+        // SAFETY: the runtime is loaded and initialised.
+        unsafe { result::set_device(rt, id) }.map_err(fail)?;
+        let context = Context { runtime, id };
+        // SAFETY: the device was just set on this thread.
+        let raw = unsafe { result::create_stream(rt) }.map_err(fail)?;
+        let stream = Stream { runtime, raw };
+        let kernels = if config.kernels {
+            Some(KernelLib::load(config, runtime.library_path())?)
+        } else {
+            None
+        };
+        let max_blocks = config
+            .max_blocks
+            // SAFETY: the runtime is loaded and the device set.
+            .or_else(|| unsafe { result::vector_cores(rt, id) })
+            .unwrap_or(FALLBACK_BLOCKS)
+            .clamp(1, 65_535);
+        Ok(AscendDevice {
+            inner: Rc::new(Inner {
+                stream,
+                _context: context,
+                runtime,
+                kernels,
+                name,
+                id,
+                policy: config.malloc_policy,
+                attr: config.mem_attr,
+                max_blocks,
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    /// The runtime this device runs on (for [`AscendRuntime::finalize`]).
+    pub fn runtime(&self) -> AscendRuntime {
+        self.inner.runtime
+    }
+
+    /// The device id.
+    pub fn id(&self) -> i32 {
+        self.inner.id
+    }
+
+    /// Cores a kernel launch uses at most.
+    pub fn max_blocks(&self) -> u32 {
+        self.inner.max_blocks
+    }
+
+    /// Where the kernel library was loaded from, if one was.
+    pub fn kernel_library(&self) -> Option<&Path> {
+        self.inner.kernels.map(|k| k.path.as_path())
+    }
+
+    /// Waits for everything queued on the device's stream; reports the
+    /// first asynchronous failure (a kernel fault) as an error.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream is live while `inner` is.
+        unsafe { result::synchronize(self.inner.runtime.rt(), self.inner.stream.raw) }
+            .map_err(|f| self.fail(f))
+    }
+
+    pub(crate) fn stream(&self) -> AclrtStream {
+        self.inner.stream.raw
+    }
+
+    pub(crate) fn fail(&self, f: Failure) -> Error {
+        f.into_error(&self.inner.name)
+    }
+
+    pub(crate) fn runtime_ref(&self) -> &AscendRuntime {
+        &self.inner.runtime
+    }
+
+    fn check_range(
+        &self,
+        slab: &AscendSlab,
+        offset: usize,
+        len: usize,
+        op: &'static str,
+    ) -> Result<()> {
+        let same = Rc::ptr_eq(&slab.device, &self.inner);
+        match offset.checked_add(len) {
+            Some(end) if same && end <= slab.len => Ok(()),
+            _ => Err(Error::Device {
+                device: self.inner.name.clone(),
+                operation: op,
+                message: if same {
+                    format!("range {offset}+{len} is outside the {}-byte slab", slab.len)
+                } else {
+                    "the slab belongs to another device".to_owned()
+                },
+            }),
+        }
+    }
+
+    fn oom(&self, needed: usize) -> Error {
+        let c = &self.inner.counters;
+        c.failed_allocs.set(c.failed_allocs.get() + 1);
+        let available = match self.free_memory() {
+            Ok(Some(free)) => Available::Free(free),
+            _ => Available::Unknown,
+        };
+        Error::OutOfMemory {
+            device: self.inner.name.clone(),
+            needed,
+            available,
+        }
+    }
+}
+
+impl std::fmt::Debug for AscendDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AscendDevice")
+            .field("name", &self.inner.name)
+            .field("runtime", &self.inner.runtime)
+            .field("kernels", &self.kernel_library())
+            .field("max_blocks", &self.inner.max_blocks)
+            .finish()
+    }
+}
+
+impl Device for AscendDevice {
+    type Slab = AscendSlab;
+
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn min_alignment(&self) -> usize {
+        // aclrtMalloc returns 64-byte aligned memory; on-chip copies need it.
+        64
+    }
+
+    fn free_memory(&self) -> Result<Option<usize>> {
+        // SAFETY: the runtime is loaded and this thread's device is set.
+        let (free, _) =
+            unsafe { result::mem_info(self.inner.runtime.rt(), self.inner.attr.code()) }
+                .map_err(|f| self.fail(f))?;
+        Ok(Some(free))
+    }
+
+    fn reserve(&self, bytes: usize, align: usize) -> Result<AscendSlab> {
+        if let Some(free) = self.free_memory()?
+            && bytes > free
+        {
+            return Err(self.oom(bytes));
+        }
+        if !align.is_power_of_two() {
+            return Err(Error::InvalidAlignment { align, min: 64 });
+        }
+        // The runtime aligns to 64; stricter alignment comes from slack
+        // inside the same single allocation.
+        let slack = if align > 64 { align - 1 } else { 0 };
+        let alloc_len = bytes
+            .max(1)
+            .checked_add(slack)
+            .ok_or_else(|| self.oom(bytes))?;
+        let rt = self.inner.runtime.rt();
+        // SAFETY: the runtime is loaded, the device set; the policy is a
+        // header value.
+        let raw = match unsafe { result::malloc(rt, alloc_len, self.inner.policy.code()) } {
+            Ok(p) if !p.is_null() => p,
+            Ok(_) => return Err(self.oom(bytes)),
+            Err(f)
+                if [
+                    ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    ACL_ERROR_RT_DEVICE_OOM,
+                    ACL_ERROR_BAD_ALLOC,
+                ]
+                .contains(&f.code) =>
+            {
+                return Err(self.oom(bytes));
+            }
+            Err(f) => {
+                let c = &self.inner.counters;
+                c.failed_allocs.set(c.failed_allocs.get() + 1);
+                return Err(self.fail(f));
+            }
+        };
+        let pad = (align - (raw as usize) % align) % align;
+        let slab = AscendSlab {
+            device: Rc::clone(&self.inner),
+            raw,
+            base: raw.cast::<u8>().wrapping_add(pad),
+            len: bytes,
+            alloc_len,
+        };
+        let c = &self.inner.counters;
+        c.alloc_calls.set(c.alloc_calls.get() + 1);
+        c.bytes_in_use.set(c.bytes_in_use.get() + alloc_len as u64);
+        c.peak_bytes
+            .set(c.peak_bytes.get().max(c.bytes_in_use.get()));
+        if pad + bytes > alloc_len {
+            // Dropping the slab frees the allocation.
+            return Err(Error::Device {
+                device: self.inner.name.clone(),
+                operation: "reserve",
+                message: format!(
+                    "aclrtMalloc returned {raw:p}, too misaligned for {align}-byte alignment"
+                ),
+            });
+        }
+        // Device memory comes uninitialised; zero it as the host does.
+        // SAFETY: `raw..raw + alloc_len` is the allocation just made, and
+        // nothing is queued on it yet.
+        unsafe { result::memset(rt, raw, alloc_len, 0, alloc_len) }.map_err(|f| self.fail(f))?;
+        Ok(slab)
+    }
+
+    fn write(&self, slab: &AscendSlab, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_range(slab, offset, src.len(), "write")?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // aclrtMemcpy is not ordered with the stream: queued kernels may
+        // still read these bytes, so let them finish first.
+        self.synchronize()?;
+        let dst = slab.base.wrapping_add(offset).cast::<c_void>();
+        // SAFETY: `dst..dst + (len - offset)` lies in the slab's live
+        // allocation (range checked above); `src` is valid for its length,
+        // which is at most that; the stream is drained, so nothing queued
+        // touches the bytes.
+        unsafe {
+            result::memcpy(
+                self.inner.runtime.rt(),
+                dst,
+                slab.len - offset,
+                src.as_ptr().cast(),
+                src.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        }
+        .map_err(|f| self.fail(f))
+    }
+
+    fn read(&self, slab: &AscendSlab, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range(slab, offset, dst.len(), "read")?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // Kernel results are only there once the stream is drained.
+        self.synchronize()?;
+        let src = slab.base.wrapping_add(offset).cast::<c_void>();
+        // SAFETY: `src..src + dst.len()` lies in the slab's live allocation
+        // (range checked above); `dst` is a unique borrow of that many
+        // bytes; the stream is drained.
+        unsafe {
+            result::memcpy(
+                self.inner.runtime.rt(),
+                dst.as_mut_ptr().cast(),
+                dst.len(),
+                src,
+                dst.len(),
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        }
+        .map_err(|f| self.fail(f))
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        let c = &self.inner.counters;
+        DeviceCounters {
+            alloc_calls: c.alloc_calls.get(),
+            free_calls: c.free_calls.get(),
+            failed_allocs: c.failed_allocs.get(),
+            bytes_in_use: c.bytes_in_use.get(),
+            peak_bytes: c.peak_bytes.get(),
+        }
+    }
+}
+
+impl Kernels for AscendDevice {
+    fn launch(
+        &self,
+        slab: &AscendSlab,
+        kernel: &Kernel,
+        dtype: DType,
+        x: Region,
+        other: Option<Region>,
+    ) -> Result<()> {
+        let other = check_launch(&self.inner.name, slab.len, kernel, dtype, x, other)?;
+        self.check_range(slab, x.offset, x.len, kernel.name())?;
+        let lib = self.inner.kernels.ok_or_else(|| Error::Device {
+            device: self.inner.name.clone(),
+            operation: kernel.name(),
+            message: "no kernel library was loaded (AscendConfig::without_kernels)".to_owned(),
+        })?;
+        let n = (x.len / dtype.size()) as u64;
+        let tiling = Tiling::new(n, self.inner.max_blocks)?;
+        if tiling.num_blocks == 0 {
+            return Ok(());
+        }
+        let xp = slab.base.wrapping_add(x.offset).cast::<c_void>();
+        let op = other.map_or(std::ptr::null_mut(), |o| {
+            slab.base.wrapping_add(o.offset).cast::<c_void>()
+        });
+        // SAFETY: `check_launch` put both regions inside the slab's live
+        // allocation, 64-byte aligned, of `n` elements each and not
+        // overlapping; the kernel's parameters are validated and `dtype`
+        // has kernels; the stream is this device's.
+        let code = unsafe { lib.launch(self.inner.stream.raw, kernel, dtype, xp, op, &tiling) };
+        if code != 0 {
+            return Err(self.fail(Failure {
+                op: KernelLib::symbol(kernel, dtype),
+                code: code as i32,
+                message: result::recent_message(self.inner.runtime.rt()),
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// The arena's slab in device memory: one `aclrtMalloc`, freed (after
+/// draining the stream) when dropped. Not dereferenceable on the host.
+pub struct AscendSlab {
+    device: Rc<Inner>,
+    /// What `aclrtMalloc` returned.
+    raw: *mut c_void,
+    /// `raw` moved up to the requested alignment; `base + len <= raw +
+    /// alloc_len`.
+    base: *mut u8,
+    len: usize,
+    alloc_len: usize,
+}
+
+impl Slab for AscendSlab {
+    fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl std::fmt::Debug for AscendSlab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AscendSlab")
+            .field("device", &self.device.name)
+            .field("base", &self.base)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Drop for AscendSlab {
+    fn drop(&mut self) {
+        let d = &self.device;
+        let rt = d.runtime.rt();
+        // SAFETY: the stream is live (the slab holds the device); `raw`
+        // came from aclrtMalloc and is freed once, here, after the stream
+        // has drained every kernel that could use it. Failures cannot be
+        // reported from a destructor.
+        unsafe {
+            let _ = result::synchronize(rt, d.stream.raw);
+            let _ = result::free(rt, self.raw);
+        }
+        let c = &d.counters;
+        c.free_calls.set(c.free_calls.get() + 1);
+        c.bytes_in_use
+            .set(c.bytes_in_use.get().saturating_sub(self.alloc_len as u64));
+    }
+}

@@ -1,0 +1,145 @@
+//! The kernel library: the `aclrtlaunch_ta_*` functions that
+//! `kernels/ascend/` compiles to (with CANN, or against the CPU shim),
+//! loaded at run time and called with tiling from `ascend_abi`.
+
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::config::AscendConfig;
+use super::search;
+use super::sys::{self, AclrtStream, Loaded};
+use crate::device::ascend_abi::{LAUNCH_PREFIX, Tiling, entry_point};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::Kernel;
+
+/// `(numBlocks, stream, x, p, seed, offset, totalLength, blockLength, tileLength)`
+type RandomFn =
+    unsafe extern "C" fn(u32, AclrtStream, *mut c_void, f32, u64, u64, u64, u64, u32) -> u32;
+/// `(numBlocks, stream, x, mask, scale, totalLength, blockLength, tileLength)`
+type MaskFn =
+    unsafe extern "C" fn(u32, AclrtStream, *mut c_void, *mut c_void, f32, u64, u64, u32) -> u32;
+/// `(numBlocks, stream, x, y, totalLength, blockLength, tileLength)`
+type MulFn = unsafe extern "C" fn(u32, AclrtStream, *mut c_void, *mut c_void, u64, u64, u32) -> u32;
+/// `(numBlocks, stream, x, s, totalLength, blockLength, tileLength)`
+type ScalarFn = unsafe extern "C" fn(u32, AclrtStream, *mut c_void, f32, u64, u64, u32) -> u32;
+
+/// Element types with kernels, in the order the tables hold them.
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// The resolved launch functions of one kernel library, leaked like the
+/// runtime (kernel code must stay mapped while launches may run).
+pub(crate) struct KernelLib {
+    pub path: PathBuf,
+    bernoulli: [RandomFn; 3],
+    dropout: [RandomFn; 3],
+    apply_mask: [MaskFn; 3],
+    mul: [MulFn; 3],
+    mul_scalar: [ScalarFn; 3],
+    _lib: Loaded,
+}
+
+static LOADED: Mutex<Vec<&'static KernelLib>> = Mutex::new(Vec::new());
+
+impl KernelLib {
+    /// Finds the kernel library for `config` (next to `runtime` by
+    /// default) and resolves all fifteen launch functions.
+    pub fn load(config: &AscendConfig, runtime: &Path) -> Result<&'static KernelLib> {
+        let candidates = search::kernel_candidates(config, runtime);
+        // SAFETY: the kernel library built from kernels/ (by CANN or
+        // against the shim), whose initialisers only register kernels.
+        let loaded = unsafe {
+            search::open_first(
+                "the kernel library (libtensor_arena_kernels.so)",
+                &candidates,
+                false,
+                search::kernel_hint(),
+            )
+        }?;
+        let mut all = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&k) = all.iter().find(|k| k.path == loaded.path) {
+            return Ok(k);
+        }
+        let rng = crate::ops::RngState::new(0);
+        // SAFETY: every lookup's function type is one of the signatures in
+        // kernels/ascend/README.md that the library exports; it stays
+        // loaded (leaked below).
+        let k = unsafe {
+            KernelLib {
+                path: loaded.path.clone(),
+                bernoulli: table(&loaded, &Kernel::Bernoulli { p: 0.5, rng })?,
+                dropout: table(&loaded, &Kernel::Dropout { p: 0.5, rng })?,
+                apply_mask: table(&loaded, &Kernel::ApplyMask { scale: 1.0 })?,
+                mul: table(&loaded, &Kernel::Mul)?,
+                mul_scalar: table(&loaded, &Kernel::MulScalar { s: 1.0 })?,
+                _lib: loaded,
+            }
+        };
+        let k: &'static KernelLib = Box::leak(Box::new(k));
+        all.push(k);
+        Ok(k)
+    }
+
+    /// Launches `kernel` on `x` (and `other`) with tiling `t`; returns the
+    /// launch function's status and its symbol name.
+    ///
+    /// # Safety
+    /// `x` and `other` (for two-operand kernels) point to `t.total_length`
+    /// elements of `dtype` in live device memory, not overlapping; `stream`
+    /// is a live stream of the runtime the library launches on; the
+    /// kernel's parameters are valid and `dtype` has kernels.
+    pub unsafe fn launch(
+        &self,
+        stream: AclrtStream,
+        kernel: &Kernel,
+        dtype: DType,
+        x: *mut c_void,
+        other: *mut c_void,
+        t: &Tiling,
+    ) -> u32 {
+        let i = DTYPES.iter().position(|&d| d == dtype).unwrap_or(0);
+        let (blocks, total, block, tile) =
+            (t.num_blocks, t.total_length, t.block_length, t.tile_length);
+        // SAFETY: forwarded to the caller; each function pointer has the
+        // exported signature for this kernel and type.
+        unsafe {
+            match *kernel {
+                Kernel::Bernoulli { p, rng } => (self.bernoulli[i])(
+                    blocks, stream, x, p, rng.seed, rng.offset, total, block, tile,
+                ),
+                Kernel::Dropout { p, rng } => (self.dropout[i])(
+                    blocks, stream, x, p, rng.seed, rng.offset, total, block, tile,
+                ),
+                Kernel::ApplyMask { scale } => {
+                    (self.apply_mask[i])(blocks, stream, x, other, scale, total, block, tile)
+                }
+                Kernel::Mul => (self.mul[i])(blocks, stream, x, other, total, block, tile),
+                Kernel::MulScalar { s } => {
+                    (self.mul_scalar[i])(blocks, stream, x, s, total, block, tile)
+                }
+            }
+        }
+    }
+
+    /// The launch function's symbol, for error messages.
+    pub fn symbol(kernel: &Kernel, dtype: DType) -> String {
+        match entry_point(kernel, dtype) {
+            Ok(e) => format!("{LAUNCH_PREFIX}{e}"),
+            Err(_) => format!("{LAUNCH_PREFIX}{}", kernel.name()),
+        }
+    }
+}
+
+/// The three launch functions (f32, f16, bf16) of `kernel`.
+///
+/// # Safety
+/// `F` is the C type of this kernel's launch functions; `lib` stays loaded.
+unsafe fn table<F: Copy>(lib: &Loaded, kernel: &Kernel) -> Result<[F; 3]> {
+    let one = |d: DType| -> Result<F> {
+        let name = format!("{LAUNCH_PREFIX}{}", entry_point(kernel, d)?);
+        // SAFETY: forwarded to the caller.
+        unsafe { sys::symbol::<F>(lib, &name) }
+    };
+    Ok([one(DTYPES[0])?, one(DTYPES[1])?, one(DTYPES[2])?])
+}

@@ -1,0 +1,42 @@
+//! The Ascend backend: ACL (and aclnn) through run-time-loaded FFI.
+//!
+//! Three layers, as cudarc does it:
+//!
+//! - [`sys`]: the C interface: the ACL runtime (`libascendcl.so`, or
+//!   `libacl_rt.so` on newer toolkits) and the aclnn libraries
+//!   (`libnnopbase.so`, `libopapi.so`) are found at run time with
+//!   `libloading` and their entry points resolved into tables of function
+//!   pointers, so the crate builds, and its tests run, where CANN is absent;
+//! - `result`: every call's `aclError` / `aclnnStatus` checked and turned
+//!   into [`Error::Acl`](crate::Error::Acl), with the runtime's recent
+//!   error message ([`code_name`] names the codes);
+//! - the safe layer: [`AscendRuntime`] (`aclInit`, explicit
+//!   [`finalize`](AscendRuntime::finalize)), [`AscendDevice`] (device
+//!   reference, its own stream, counters; [`Device`](crate::Device) and
+//!   [`Kernels`](crate::device::Kernels)), [`AscendSlab`] (one `aclrtMalloc`,
+//!   freed on drop), and [`aclnn`] operators on leases.
+//!
+//! Kernels come from the kernel library `kernels/ascend/` builds (with
+//! CANN's `ascendc_library`), loaded at run time like the runtime. The
+//! crate's tests run all of it against a CPU simulation of the runtime
+//! (`kernels/sim/`) whose kernel launches execute the same AscendC sources
+//! compiled against the CPU shim (`kernels/shim/`). Nothing here has run on
+//! an NPU.
+
+pub mod aclnn;
+mod config;
+mod device;
+mod kernels;
+mod result;
+mod runtime;
+mod search;
+pub mod sys;
+
+pub use aclnn::{Op, TensorView};
+pub use config::{
+    AscendConfig, ENV_ACL_LIB, ENV_DEVICE, ENV_KERNEL_LIB, ENV_MALLOC_POLICY, MallocPolicy, MemAttr,
+};
+pub use device::{AscendDevice, AscendSlab};
+pub use result::code_name;
+pub use runtime::AscendRuntime;
+pub use search::{KERNEL_LIB_NAME, RUNTIME_NAMES};

@@ -1,0 +1,350 @@
+//! Layer 2: ACL calls that check their status. Each wrapper calls one entry
+//! point and turns a non-zero `aclError` into a [`Failure`] carrying the
+//! code and the runtime's recent error message, read right after the
+//! failing call (`aclGetRecentErrMsg` keeps only the latest message, and
+//! its pointer only until the next call).
+
+use std::ffi::{CStr, c_int, c_void};
+
+use super::sys::{
+    ACL_DEVICE_INFO_VECTOR_CORE_NUM, ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, AclError,
+    AclrtStream, RuntimeFns,
+};
+use crate::error::Error;
+
+/// A failed call: which, its code and the runtime's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The entry point.
+    pub op: String,
+    /// Its status code.
+    pub code: i32,
+    /// `aclGetRecentErrMsg` right after the failure ("" if none).
+    pub message: String,
+}
+
+impl Failure {
+    /// The crate error for this failure on `device`.
+    pub fn into_error(self, device: &str) -> Error {
+        Error::Acl {
+            device: device.to_owned(),
+            op: self.op,
+            code: self.code,
+            name: code_name(self.code),
+            message: self.message,
+        }
+    }
+}
+
+/// The name the CANN headers give an `aclError` or `aclnnStatus` code.
+///
+/// ```
+/// use tensor_arena::device::ascend::code_name;
+/// assert_eq!(code_name(207001), "ACL_ERROR_RT_MEMORY_ALLOCATION");
+/// assert_eq!(code_name(161002), "ACLNN_ERR_PARAM_INVALID");
+/// assert_eq!(code_name(-5), "unknown");
+/// ```
+pub fn code_name(code: i32) -> &'static str {
+    match code {
+        0 => "ACL_SUCCESS",
+        100_000 => "ACL_ERROR_INVALID_PARAM",
+        100_001 => "ACL_ERROR_UNINITIALIZE",
+        100_002 => "ACL_ERROR_REPEAT_INITIALIZE",
+        100_037 => "ACL_ERROR_REPEAT_FINALIZE",
+        107_000 => "ACL_ERROR_RT_PARAM_INVALID",
+        107_001 => "ACL_ERROR_RT_INVALID_DEVICEID",
+        107_002 => "ACL_ERROR_RT_CONTEXT_NULL",
+        107_003 => "ACL_ERROR_RT_STREAM_CONTEXT",
+        107_008 => "ACL_ERROR_RT_ADDR_UNALIGNED",
+        107_018 => "ACL_ERROR_RT_INVALID_MALLOC_TYPE",
+        107_020 => "ACL_ERROR_RT_TASK_TIMEOUT",
+        161_001 => "ACLNN_ERR_PARAM_NULLPTR",
+        161_002 => "ACLNN_ERR_PARAM_INVALID",
+        200_000 => "ACL_ERROR_BAD_ALLOC",
+        200_001 => "ACL_ERROR_API_NOT_SUPPORT",
+        200_002 => "ACL_ERROR_INVALID_DEVICE",
+        200_003 => "ACL_ERROR_MEMORY_ADDRESS_UNALIGNED",
+        207_000 => "ACL_ERROR_RT_FEATURE_NOT_SUPPORT",
+        207_001 => "ACL_ERROR_RT_MEMORY_ALLOCATION",
+        207_002 => "ACL_ERROR_RT_MEMORY_FREE",
+        207_004 => "ACL_ERROR_RT_NO_DEVICE",
+        207_008 => "ACL_ERROR_RT_NO_STREAM_RESOURCE",
+        207_018 => "ACL_ERROR_RT_DEVICE_OOM",
+        361_001 => "ACLNN_ERR_RUNTIME_ERROR",
+        500_000 => "ACL_ERROR_INTERNAL_ERROR",
+        500_001 => "ACL_ERROR_FAILURE",
+        500_003 => "ACL_ERROR_RT_FAILURE",
+        507_000 => "ACL_ERROR_RT_INTERNAL_ERROR",
+        507_011 => "ACL_ERROR_RT_MODEL_EXECUTE",
+        507_013 => "ACL_ERROR_RT_SYS_DMA",
+        507_014 => "ACL_ERROR_RT_AICORE_TIMEOUT",
+        507_015 => "ACL_ERROR_RT_AICORE_EXCEPTION",
+        507_034 => "ACL_ERROR_RT_VECTOR_CORE_TIMEOUT",
+        507_035 => "ACL_ERROR_RT_VECTOR_CORE_EXCEPTION",
+        507_046 => "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT",
+        507_052 => "ACL_ERROR_RT_COPY_DATA",
+        507_053 => "ACL_ERROR_RT_DEVICE_MEM_ERROR",
+        561_000 => "ACLNN_ERR_INNER",
+        561_001 => "ACLNN_ERR_INNER_INFERSHAPE_ERROR",
+        561_002 => "ACLNN_ERR_INNER_TILING_ERROR",
+        561_003 => "ACLNN_ERR_INNER_FIND_KERNEL_ERROR",
+        561_103 => "ACLNN_ERR_INNER_NULLPTR",
+        _ => "unknown",
+    }
+}
+
+/// The runtime's recent error message, copied out ("" when there is none).
+pub fn recent_message(rt: &RuntimeFns) -> String {
+    // SAFETY: `aclGetRecentErrMsg` takes no arguments and returns null or
+    // a NUL-terminated string valid until the next call on this thread,
+    // which is after the copy below.
+    unsafe {
+        let p = (rt.recent_err_msg)();
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().trim().to_owned()
+        }
+    }
+}
+
+/// `Ok` for `ACL_SUCCESS`, else a [`Failure`] of `op` with the message.
+pub fn check(rt: &RuntimeFns, op: &str, code: i32) -> Result<(), Failure> {
+    if code == ACL_SUCCESS {
+        Ok(())
+    } else {
+        Err(Failure {
+            op: op.to_owned(),
+            code,
+            message: recent_message(rt),
+        })
+    }
+}
+
+/// `aclInit(NULL)`; `Ok(false)` when the process had already initialised
+/// ACL (`ACL_ERROR_REPEAT_INITIALIZE`), which is harmless.
+///
+/// # Safety
+/// `rt` was resolved from a runtime library that is still loaded.
+pub unsafe fn init(rt: &RuntimeFns) -> Result<bool, Failure> {
+    // SAFETY: a null config path is allowed (the header says so).
+    let code: AclError = unsafe { (rt.init)(std::ptr::null()) };
+    if code == ACL_ERROR_REPEAT_INITIALIZE {
+        // Consume the message so it does not surface on a later failure.
+        let _ = recent_message(rt);
+        return Ok(false);
+    }
+    check(rt, "aclInit", code).map(|()| true)
+}
+
+/// `aclFinalize()`.
+///
+/// # Safety
+/// `rt` is loaded; no stream, allocation or device of this process is used
+/// afterwards (finalisation tears the runtime down).
+pub unsafe fn finalize(rt: &RuntimeFns) -> Result<(), Failure> {
+    // SAFETY: no arguments; the caller guarantees nothing uses ACL after.
+    check(rt, "aclFinalize", unsafe { (rt.finalize)() })
+}
+
+/// `aclrtSetDevice(id)`.
+///
+/// # Safety
+/// `rt` is loaded and initialised.
+pub unsafe fn set_device(rt: &RuntimeFns, id: i32) -> Result<(), Failure> {
+    // SAFETY: plain value argument.
+    check(rt, "aclrtSetDevice", unsafe { (rt.set_device)(id) })
+}
+
+/// `aclrtResetDevice(id)`.
+///
+/// # Safety
+/// `rt` is loaded; every stream and allocation this reference to the device
+/// made is gone (reset releases them).
+pub unsafe fn reset_device(rt: &RuntimeFns, id: i32) -> Result<(), Failure> {
+    // SAFETY: plain value argument; the caller released what it owned.
+    check(rt, "aclrtResetDevice", unsafe { (rt.reset_device)(id) })
+}
+
+/// `aclrtGetDeviceCount`.
+///
+/// # Safety
+/// `rt` is loaded and initialised.
+pub unsafe fn device_count(rt: &RuntimeFns) -> Result<u32, Failure> {
+    let mut n = 0u32;
+    // SAFETY: `n` is a valid out pointer for the call.
+    check(rt, "aclrtGetDeviceCount", unsafe {
+        (rt.get_device_count)(&mut n)
+    })?;
+    Ok(n)
+}
+
+/// The device's vector core count, if the runtime can tell.
+///
+/// # Safety
+/// `rt` is loaded and initialised.
+pub unsafe fn vector_cores(rt: &RuntimeFns, device: i32) -> Option<u32> {
+    let f = rt.get_device_capability?;
+    let mut v = 0i64;
+    let id = u32::try_from(device).ok()?;
+    // SAFETY: `v` is a valid out pointer; the info value is one of the
+    // header's `aclDeviceInfo` constants.
+    let code = unsafe { f(id, ACL_DEVICE_INFO_VECTOR_CORE_NUM, &mut v) };
+    if code != ACL_SUCCESS {
+        let _ = recent_message(rt);
+        return None;
+    }
+    u32::try_from(v).ok().filter(|&n| n > 0)
+}
+
+/// `aclrtCreateStream`.
+///
+/// # Safety
+/// `rt` is loaded and a device is set on this thread.
+pub unsafe fn create_stream(rt: &RuntimeFns) -> Result<AclrtStream, Failure> {
+    let mut s: AclrtStream = std::ptr::null_mut();
+    // SAFETY: `s` is a valid out pointer.
+    check(rt, "aclrtCreateStream", unsafe {
+        (rt.create_stream)(&mut s)
+    })?;
+    Ok(s)
+}
+
+/// `aclrtSynchronizeStream(stream)`: waits for all work queued on it and
+/// reports the first asynchronous failure (a kernel fault, say).
+///
+/// # Safety
+/// `stream` is a live stream of this runtime.
+pub unsafe fn synchronize(rt: &RuntimeFns, stream: AclrtStream) -> Result<(), Failure> {
+    // SAFETY: the caller guarantees the stream is live.
+    check(rt, "aclrtSynchronizeStream", unsafe {
+        (rt.synchronize_stream)(stream)
+    })
+}
+
+/// `aclrtDestroyStream(stream)`.
+///
+/// # Safety
+/// `stream` is a live stream with no queued work, not used afterwards.
+pub unsafe fn destroy_stream(rt: &RuntimeFns, stream: AclrtStream) -> Result<(), Failure> {
+    // SAFETY: the caller guarantees the stream is live, idle and dropped.
+    check(rt, "aclrtDestroyStream", unsafe {
+        (rt.destroy_stream)(stream)
+    })
+}
+
+/// `aclrtMalloc(size, policy)`.
+///
+/// # Safety
+/// `rt` is loaded and a device is set on this thread; `policy` is an
+/// `aclrtMemMallocPolicy` value.
+pub unsafe fn malloc(rt: &RuntimeFns, size: usize, policy: c_int) -> Result<*mut c_void, Failure> {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `p` is a valid out pointer.
+    check(rt, "aclrtMalloc", unsafe {
+        (rt.malloc)(&mut p, size, policy)
+    })?;
+    Ok(p)
+}
+
+/// `aclrtFree(ptr)` (immediate: no stream is waited for).
+///
+/// # Safety
+/// `ptr` came from `aclrtMalloc` of this runtime, is not freed yet, and no
+/// queued work uses it (synchronize first).
+pub unsafe fn free(rt: &RuntimeFns, ptr: *mut c_void) -> Result<(), Failure> {
+    // SAFETY: the caller guarantees a live, idle allocation.
+    check(rt, "aclrtFree", unsafe { (rt.free)(ptr) })
+}
+
+/// `aclrtMemset(ptr, max, value, count)` on device memory.
+///
+/// # Safety
+/// `ptr..ptr + max` lies in one live device allocation; `count <= max`.
+pub unsafe fn memset(
+    rt: &RuntimeFns,
+    ptr: *mut c_void,
+    max: usize,
+    value: i32,
+    count: usize,
+) -> Result<(), Failure> {
+    // SAFETY: the caller guarantees the range.
+    check(rt, "aclrtMemset", unsafe {
+        (rt.memset)(ptr, max, value, count)
+    })
+}
+
+/// `aclrtMemcpy` (synchronous, and not ordered with any stream:
+/// synchronize the stream first when kernels may touch the bytes).
+///
+/// # Safety
+/// For `kind` host-to-device: `dst..dst + dest_max` lies in a live device
+/// allocation, `src` is valid host memory for `count` bytes, and
+/// `count <= dest_max`; device-to-host: the reverse. No queued work
+/// touches the device bytes.
+pub unsafe fn memcpy(
+    rt: &RuntimeFns,
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+) -> Result<(), Failure> {
+    // SAFETY: the caller guarantees both ranges.
+    check(rt, "aclrtMemcpy", unsafe {
+        (rt.memcpy)(dst, dest_max, src, count, kind)
+    })
+}
+
+/// `aclrtGetMemInfo(attr)`: `(free, total)` bytes.
+///
+/// # Safety
+/// `rt` is loaded and a device is set on this thread.
+pub unsafe fn mem_info(rt: &RuntimeFns, attr: c_int) -> Result<(usize, usize), Failure> {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: both are valid out pointers.
+    check(rt, "aclrtGetMemInfo", unsafe {
+        (rt.get_mem_info)(attr, &mut free, &mut total)
+    })?;
+    Ok((free, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_become_typed_errors() {
+        let f = Failure {
+            op: "aclrtMalloc".into(),
+            code: 207_001,
+            message: "out of memory".into(),
+        };
+        let e = f.into_error("ascend:0");
+        assert!(matches!(
+            &e,
+            Error::Acl {
+                code: 207_001,
+                name: "ACL_ERROR_RT_MEMORY_ALLOCATION",
+                ..
+            }
+        ));
+        let text = e.to_string();
+        assert!(
+            text.contains("aclrtMalloc")
+                && text.contains("207001")
+                && text.contains("out of memory"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_named_code_is_distinct() {
+        let codes = [
+            100_000, 100_002, 107_000, 161_001, 161_002, 207_001, 207_018, 507_015, 561_000,
+        ];
+        let names: std::collections::HashSet<_> = codes.iter().map(|&c| code_name(c)).collect();
+        assert_eq!(names.len(), codes.len());
+        assert!(!names.contains("unknown"));
+    }
+}
