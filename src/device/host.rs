@@ -9,6 +9,22 @@ use super::workers::Workers;
 use super::{Device, DeviceCounters, HostAccessible, Slab};
 use crate::error::{Available, Error, Result};
 
+/// Slabs of at least this size are backed by 2 MiB pages where possible.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks the kernel to back `len` bytes at `ptr` with transparent huge pages.
+/// Advice only: where it is refused or unsupported, small pages serve.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(ptr: NonNull<u8>, len: usize) {
+    // SAFETY: `ptr..ptr + len` is one live allocation owned by the caller,
+    // aligned to HUGE_PAGE (a multiple of the page size); MADV_HUGEPAGE
+    // changes how pages are backed, never their contents or mapping.
+    let _ = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_ptr: NonNull<u8>, _len: usize) {}
+
 /// The host (CPU) device, the crate's default backend.
 ///
 /// ```
@@ -124,11 +140,35 @@ impl Device for HostDevice {
         {
             return Err(self.oom(bytes, Available::Free(free)));
         }
-        let layout = Layout::from_size_align(bytes.max(1), align)
+        let huge = bytes >= HUGE_PAGE;
+        // Large slabs get 2 MiB pages where the OS allows it (as ACL's
+        // HUGE_FIRST policy does on the device): rounded up to whole huge
+        // pages, aligned to one, so sweeping kernels miss the TLB less.
+        let (size, align) = if huge {
+            (
+                bytes.div_ceil(HUGE_PAGE).saturating_mul(HUGE_PAGE),
+                align.max(HUGE_PAGE),
+            )
+        } else {
+            (bytes.max(1), align)
+        };
+        let layout = Layout::from_size_align(size, align)
             .map_err(|_| self.oom(bytes, Available::Unknown))?;
-        // SAFETY: `layout` has a non-zero size (`max(1)` above).
-        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| self.oom(bytes, Available::Unknown))?;
+        let ptr = if huge {
+            // SAFETY: `layout` has a non-zero size (at least HUGE_PAGE).
+            let raw = unsafe { std::alloc::alloc(layout) };
+            let ptr = NonNull::new(raw).ok_or_else(|| self.oom(bytes, Available::Unknown))?;
+            advise_huge_pages(ptr, layout.size());
+            // SAFETY: `ptr` points to `layout.size()` writable bytes just
+            // allocated; zeroing them initialises the slab (and, after the
+            // advice, faults it in as huge pages).
+            unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, layout.size()) };
+            ptr
+        } else {
+            // SAFETY: `layout` has a non-zero size (`max(1)` above).
+            let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+            NonNull::new(raw).ok_or_else(|| self.oom(bytes, Available::Unknown))?
+        };
         let c = &self.counters;
         c.alloc_calls.fetch_add(1, Ordering::Relaxed);
         let now = c
