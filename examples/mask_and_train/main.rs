@@ -160,7 +160,7 @@ fn per_step(total: u64, steps: u64) -> String {
     if steps == 0 {
         return "n/a".into();
     }
-    if total % steps == 0 {
+    if total.is_multiple_of(steps) {
         (total / steps).to_string()
     } else {
         format!("{:.2}", total as f64 / steps as f64)

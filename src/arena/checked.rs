@@ -203,13 +203,14 @@ impl<D: Device> Arena<D> {
     /// shared, so they can be checked at any time).
     pub(crate) fn check_persistent(&self) {
         for slot in self.book.slots.iter() {
-            if slot.kind == LifetimeKind::Persistent && !slot.live.get() {
-                if let Some(v) = self.inspect(slot, slot.elements) {
-                    self.violations.borrow_mut().push(v);
-                    // Re-arm so the same damage is reported once.
-                    let (start, len) = Self::guard_range(slot);
-                    self.fill(start, len, &GUARD_FILL);
-                }
+            if slot.kind == LifetimeKind::Persistent
+                && !slot.live.get()
+                && let Some(v) = self.inspect(slot, slot.elements)
+            {
+                self.violations.borrow_mut().push(v);
+                // Re-arm so the same damage is reported once.
+                let (start, len) = Self::guard_range(slot);
+                self.fill(start, len, &GUARD_FILL);
             }
         }
     }

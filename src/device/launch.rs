@@ -35,7 +35,7 @@ pub(crate) fn check_launch(
             .offset
             .checked_add(r.len)
             .is_some_and(|end| end <= slab_len);
-        let aligned = r.offset % 64 == 0 && r.len % dtype.size() == 0;
+        let aligned = r.offset.is_multiple_of(64) && r.len.is_multiple_of(dtype.size());
         if inside && aligned {
             Ok(())
         } else {
