@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::fmt::Debug;
+use support::elem::Elem;
 
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
@@ -17,7 +17,7 @@ use support::shim::{self, Shim};
 use tensor_arena::device::ascend_abi::{
     DEFAULT_TILE_LENGTH, Tiling, dropout_backward_entry_point, entry_point,
 };
-use tensor_arena::ops::{self, Float, Kernel, RngState};
+use tensor_arena::ops::{self, Kernel, RngState};
 
 const LENGTHS: [usize; 7] = [1, 31, 32, 255, 256, 4097, 1_000_003];
 const BLOCKS: [u32; 4] = [1, 2, 8, 20];
@@ -46,39 +46,6 @@ const RNGS: [RngState; 5] = [
         offset: u64::MAX - 100,
     },
 ];
-
-/// Element types under test.
-trait Elem: Float + Debug {
-    fn from_f32(v: f32) -> Self;
-    fn bits(self) -> u32;
-}
-
-impl Elem for f32 {
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    fn bits(self) -> u32 {
-        self.to_bits()
-    }
-}
-
-impl Elem for f16 {
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-    fn bits(self) -> u32 {
-        self.to_bits().into()
-    }
-}
-
-impl Elem for bf16 {
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-    fn bits(self) -> u32 {
-        self.to_bits().into()
-    }
-}
 
 fn assert_same_bits<T: Elem>(got: &[T], want: &[T], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");

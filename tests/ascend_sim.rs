@@ -11,46 +11,12 @@
 
 mod support;
 
-use std::fmt::Debug;
+use support::elem::Elem;
 
 use half::{bf16, f16};
 use support::sim::{self, AICORE_EXCEPTION, sim};
 use tensor_arena::device::ascend::{AscendConfig, AscendDevice, Op, TensorView};
-use tensor_arena::ops::Float;
 use tensor_arena::{Arena, Available, DType, Device, Error, HostDevice, Kernels, Planner, Result};
-
-/// Element types under test, with their bits for exact comparison.
-trait Elem: Float + Debug {
-    fn from_f32(v: f32) -> Self;
-    fn bits(self) -> u32;
-}
-
-impl Elem for f32 {
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    fn bits(self) -> u32 {
-        self.to_bits()
-    }
-}
-
-impl Elem for f16 {
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-    fn bits(self) -> u32 {
-        u32::from(self.to_bits())
-    }
-}
-
-impl Elem for bf16 {
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-    fn bits(self) -> u32 {
-        u32::from(self.to_bits())
-    }
-}
 
 fn values<T: Elem>(n: usize, salt: u32) -> Vec<T> {
     (0..n)

@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests.
 
+pub mod elem;
 pub mod shim;
 pub mod sim;

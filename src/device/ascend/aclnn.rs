@@ -377,42 +377,18 @@ fn acl_dtype(d: DType) -> c_int {
     }
 }
 
-/// An `aclTensor`, destroyed when dropped.
-struct TensorHandle {
-    nn: &'static NnFns,
-    raw: *mut AclTensor,
+/// An aclnn host object (`aclTensor`, `aclScalar`, `aclIntArray`),
+/// destroyed with its own destroy function when dropped.
+struct Handle<T> {
+    raw: *mut T,
+    destroy: unsafe extern "C" fn(*const T) -> super::sys::AclnnStatus,
 }
 
-impl Drop for TensorHandle {
+impl<T> Drop for Handle<T> {
     fn drop(&mut self) {
-        // SAFETY: `raw` came from aclCreateTensor and is destroyed once.
-        let _ = unsafe { (self.nn.destroy_tensor)(self.raw) };
-    }
-}
-
-/// An `aclScalar`, destroyed when dropped.
-struct ScalarHandle {
-    nn: &'static NnFns,
-    raw: *mut AclScalar,
-}
-
-impl Drop for ScalarHandle {
-    fn drop(&mut self) {
-        // SAFETY: `raw` came from aclCreateScalar and is destroyed once.
-        let _ = unsafe { (self.nn.destroy_scalar)(self.raw) };
-    }
-}
-
-/// An `aclIntArray`, destroyed when dropped.
-struct ArrayHandle {
-    nn: &'static NnFns,
-    raw: *mut AclIntArray,
-}
-
-impl Drop for ArrayHandle {
-    fn drop(&mut self) {
-        // SAFETY: `raw` came from aclCreateIntArray and is destroyed once.
-        let _ = unsafe { (self.nn.destroy_int_array)(self.raw) };
+        // SAFETY: `raw` came from the matching aclCreate* call, `destroy` is
+        // that object's aclDestroy* function, and it runs once, here.
+        let _ = unsafe { (self.destroy)(self.raw) };
     }
 }
 
@@ -420,9 +396,9 @@ impl Drop for ArrayHandle {
 /// heap allocation on the Rust side.
 struct Objects {
     nn: &'static NnFns,
-    tensors: [Option<TensorHandle>; 5],
-    scalar: Option<ScalarHandle>,
-    array: Option<ArrayHandle>,
+    tensors: [Option<Handle<AclTensor>>; 5],
+    scalar: Option<Handle<AclScalar>>,
+    array: Option<Handle<AclIntArray>>,
 }
 
 /// The first phase's result.
@@ -486,7 +462,10 @@ impl AscendDevice {
                 ),
             });
         }
-        objs.tensors[slot] = Some(TensorHandle { nn: objs.nn, raw });
+        objs.tensors[slot] = Some(Handle {
+            raw,
+            destroy: objs.nn.destroy_tensor,
+        });
         Ok(raw)
     }
 
@@ -503,7 +482,10 @@ impl AscendDevice {
                 message: "returned null".to_owned(),
             });
         }
-        objs.scalar = Some(ScalarHandle { nn: objs.nn, raw });
+        objs.scalar = Some(Handle {
+            raw,
+            destroy: objs.nn.destroy_scalar,
+        });
         Ok(raw)
     }
 
@@ -518,7 +500,10 @@ impl AscendDevice {
                 message: format!("returned null for {values:?}"),
             });
         }
-        objs.array = Some(ArrayHandle { nn: objs.nn, raw });
+        objs.array = Some(Handle {
+            raw,
+            destroy: objs.nn.destroy_int_array,
+        });
         Ok(raw)
     }
 
