@@ -44,10 +44,16 @@
 //! [`arena`] (slab, steps, leases, stats), [`record`] (learn the specs from
 //! recorded steps, then plan them), [`device`] (the device traits, the host
 //! device, and the Ascend backend in [`device::ascend`]: ACL and aclnn
-//! loaded at run time; every `unsafe` of the crate lives there).
+//! loaded at run time). `unsafe` is denied at the crate root and allowed
+//! only in the modules that say why: the device backends, the host views
+//! of leases, CPU-feature dispatch and the counting allocator.
+#![deny(unsafe_code)]
 
 pub mod arena;
 pub mod caching;
+// A `GlobalAlloc` wrapper: implementing the trait is `unsafe` by definition.
+#[allow(unsafe_code)]
+mod counting_alloc;
 pub mod device;
 pub mod diag;
 pub mod dtype;
@@ -58,14 +64,15 @@ pub mod record;
 pub mod shape;
 pub mod units;
 
-pub use arena::{Arena, ArenaOptions, ArenaStats, DropoutMask, GuardViolation, Lease, Step};
-pub use device::{
-    AllocCounts, CountingAllocator, Device, DeviceCounters, HostAccessible, HostDevice, Kernels,
-    Region,
-};
+pub use arena::{Arena, ArenaOptions, ArenaStats, DropoutMask, Lease, Step};
+pub use counting_alloc::{AllocCounts, CountingAllocator};
+pub use device::{Device, DeviceCounters, HostAccessible, HostDevice, Kernels, Region};
 pub use dtype::{DType, Element};
-pub use error::{Available, Error, Result};
+pub use error::{Available, Error, GuardViolation, Result};
 pub use half::{bf16, f16};
+/// The ndarray version the crate's lease views are built on: use
+/// `tensor_arena::ndarray` so the two never disagree.
+pub use ndarray;
 pub use plan::{
     Buffer, BufferId, BufferSpec, Lifetime, Phase, Plan, PlannedBuffer, Planner, PlannerConfig,
 };

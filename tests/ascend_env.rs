@@ -16,21 +16,12 @@ use tensor_arena::{Arena, Planner, Result};
 fn ascend_home_path_and_the_kernel_variable_are_honoured() -> Result<()> {
     let root = std::env::temp_dir().join(format!("tensor-arena-toolkit-{}", std::process::id()));
     let lib64 = root.join("lib64");
-    std::fs::create_dir_all(&lib64).map_err(|e| tensor_arena::Error::Io {
-        path: lib64.display().to_string(),
-        operation: "create",
-        message: e.to_string(),
-    })?;
+    std::fs::create_dir_all(&lib64).map_err(|e| tensor_arena::Error::io("create", &lib64, &e))?;
     for name in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
         let link = lib64.join(name);
         let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(sim::dir().join("libascendcl.so"), &link).map_err(|e| {
-            tensor_arena::Error::Io {
-                path: link.display().to_string(),
-                operation: "link",
-                message: e.to_string(),
-            }
-        })?;
+        std::os::unix::fs::symlink(sim::dir().join("libascendcl.so"), &link)
+            .map_err(|e| tensor_arena::Error::io("link", &link, &e))?;
     }
     // SAFETY: this test binary runs this one test on one thread; nothing
     // else reads or writes the environment meanwhile.

@@ -18,6 +18,11 @@ pub struct Step<'a, D: Device> {
 }
 
 impl<'a, D: Device> Step<'a, D> {
+    /// The arena this step runs on, for device extensions of `Step`.
+    pub(crate) fn arena(&self) -> &'a Arena<D> {
+        self.arena
+    }
+
     /// Leases `buffer` with its declared shape as the initial view.
     ///
     /// Fails, without side effects, if the buffer is already leased, if a
@@ -53,8 +58,8 @@ impl<'a, D: Device> Step<'a, D> {
             Some(buffer) => self.lease(buffer),
             None => Err(Error::DTypeMismatch {
                 buffer: planned.name().to_owned(),
-                declared: planned.dtype(),
-                requested: T::DTYPE,
+                declared: planned.dtype().name(),
+                requested: T::DTYPE.name(),
             }),
         }
     }

@@ -146,19 +146,13 @@ pub fn run(args: ReplayArgs) -> Result<()> {
 fn print_out(text: &str) -> Result<()> {
     use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Io {
-            path: "<stdout>".to_owned(),
-            operation: "write",
-            message: e.to_string(),
-        }),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::io("write", "<stdout>", &e))
+        }
         _ => Ok(()),
     }
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| Error::Io {
-        path: path.display().to_string(),
-        operation: "write",
-        message: e.to_string(),
-    })
+    std::fs::write(path, bytes).map_err(|e| Error::io("write", path, &e))
 }

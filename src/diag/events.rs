@@ -72,11 +72,7 @@ pub struct ReadOptions {
 impl Trace {
     /// Reads a trace file in any supported format.
     pub fn read(path: &Path, options: ReadOptions) -> Result<Trace> {
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            operation: "read",
-            message: e.to_string(),
-        })?;
+        let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, &e))?;
         let name = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),

@@ -95,8 +95,8 @@ impl Site {
         if self.dtype != dtype {
             return Err(Error::DTypeMismatch {
                 buffer: self.name.to_string(),
-                declared: self.dtype,
-                requested: dtype,
+                declared: self.dtype.name(),
+                requested: dtype.name(),
             });
         }
         if self.max.len() != shape.len() {

@@ -304,8 +304,8 @@ impl Declared {
         let id = self.id(name)?;
         id.typed::<T>().ok_or_else(|| Error::DTypeMismatch {
             buffer: name.to_owned(),
-            declared: id.dtype(),
-            requested: T::DTYPE,
+            declared: id.dtype().name(),
+            requested: T::DTYPE.name(),
         })
     }
 

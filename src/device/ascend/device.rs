@@ -8,6 +8,7 @@ use std::ffi::c_void;
 use std::path::Path;
 use std::rc::Rc;
 
+use super::abi::Tiling;
 use super::config::{AscendConfig, MallocPolicy, MemAttr};
 use super::kernels::KernelLib;
 use super::result::{self, Failure};
@@ -16,8 +17,7 @@ use super::sys::{
     ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_DEVICE_OOM, ACL_ERROR_RT_MEMORY_ALLOCATION,
     ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclrtStream,
 };
-use crate::device::ascend_abi::Tiling;
-use crate::device::launch::check_launch;
+use crate::device::launch_checks::check_launch;
 use crate::device::{Device, DeviceCounters, Kernels, Region, Slab};
 use crate::dtype::DType;
 use crate::error::{Available, Error, Result};

@@ -23,13 +23,30 @@
 //! compiled against the CPU shim (`kernels/shim/`). Nothing here has run on
 //! an NPU.
 
+//!
+//! `unsafe` is allowed module by module below, each for its FFI; `abi`,
+//! `config` and the aclnn views and operator list are safe code.
+
+pub mod abi;
 pub mod aclnn;
 mod config;
+// Device memory, streams and copies through ACL calls.
+#[allow(unsafe_code)]
 mod device;
+// Kernel library symbols resolved with dlsym and called through them.
+#[allow(unsafe_code)]
 mod kernels;
+// `dlopen` of the runtime, aclnn and kernel libraries (`libloading`).
+#[allow(unsafe_code)]
+mod library_search;
+// One checked wrapper per ACL call.
+#[allow(unsafe_code)]
 mod result;
+// `aclInit` / `aclFinalize` and the resolved function tables.
+#[allow(unsafe_code)]
 mod runtime;
-mod search;
+// The C declarations: function-pointer tables filled from the libraries.
+#[allow(unsafe_code)]
 pub mod sys;
 
 pub use aclnn::{Op, TensorView};
@@ -37,6 +54,6 @@ pub use config::{
     AscendConfig, ENV_ACL_LIB, ENV_DEVICE, ENV_KERNEL_LIB, ENV_MALLOC_POLICY, MallocPolicy, MemAttr,
 };
 pub use device::{AscendDevice, AscendSlab};
+pub use library_search::{KERNEL_LIB_NAME, RUNTIME_NAMES};
 pub use result::code_name;
 pub use runtime::AscendRuntime;
-pub use search::{KERNEL_LIB_NAME, RUNTIME_NAMES};

@@ -8,7 +8,7 @@ use std::ffi::{CStr, c_int, c_void};
 
 use super::sys::{
     ACL_DEVICE_INFO_VECTOR_CORE_NUM, ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, AclError,
-    AclrtStream, RuntimeFns,
+    AclnnStatus, AclrtStream, RuntimeFns,
 };
 use crate::error::Error;
 
@@ -116,6 +116,26 @@ pub fn check(rt: &RuntimeFns, op: &str, code: i32) -> Result<(), Failure> {
         Err(Failure {
             op: op.to_owned(),
             code,
+            message: recent_message(rt),
+        })
+    }
+}
+
+/// `Ok` for `ACLNN_SUCCESS` (0), else a [`Failure`] of `{op}{phase}`
+/// (`aclnnMm` + `GetWorkspaceSize` for a first phase, `""` for the second),
+/// with the runtime's recent message, where aclnn reports its details.
+pub fn check_nn(
+    rt: &RuntimeFns,
+    op: &str,
+    phase: &str,
+    status: AclnnStatus,
+) -> Result<(), Failure> {
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(Failure {
+            op: format!("{op}{phase}"),
+            code: status,
             message: recent_message(rt),
         })
     }

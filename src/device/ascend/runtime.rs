@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::config::AscendConfig;
+use super::library_search::{self, NNOPBASE_NAME, OPAPI_NAME};
 use super::result;
-use super::search::{self, NNOPBASE_NAME, OPAPI_NAME};
 use super::sys::{Loaded, NnFns, RuntimeFns};
 use crate::error::{Error, Result};
 
@@ -53,16 +53,16 @@ impl AscendRuntime {
     /// searched and how to fix it.
     pub fn load(config: &AscendConfig) -> Result<AscendRuntime> {
         let env = |name: &str| std::env::var_os(name);
-        let candidates = search::runtime_candidates(config, &env);
+        let candidates = library_search::runtime_candidates(config, &env);
         // SAFETY: the candidates are ACL runtime libraries by name and
         // place (or the one the user named), whose initialisers are meant
         // to run in any process that uses ACL.
         let loaded = unsafe {
-            search::open_first(
+            library_search::open_first(
                 "the ACL runtime (libascendcl.so or libacl_rt.so)",
                 &candidates,
                 true,
-                search::runtime_hint(),
+                library_search::runtime_hint(),
             )
         }?;
         let libs = register(loaded, config)?;
@@ -135,9 +135,9 @@ fn load_nn(
     let mut libs = Vec::new();
     let mut errors = Vec::new();
     for name in [NNOPBASE_NAME, OPAPI_NAME] {
-        let candidates = search::nn_candidates(name, runtime, config, &env);
+        let candidates = library_search::nn_candidates(name, runtime, config, &env);
         // SAFETY: CANN's aclnn libraries by name and place.
-        match unsafe { search::open_first(name, &candidates, false, String::new()) } {
+        match unsafe { library_search::open_first(name, &candidates, false, String::new()) } {
             Ok(l) => libs.push(l),
             Err(Error::LibraryNotFound { tried, .. }) => errors.extend(tried),
             Err(e) => errors.push(format!("  {e}")),

@@ -1,0 +1,44 @@
+//! `Step::aclnn`: operators on this step's leases.
+
+use std::ffi::c_void;
+
+use super::op::Op;
+use crate::arena::{Arena, Lease, Step};
+use crate::device::Slab;
+use crate::device::ascend::AscendDevice;
+use crate::error::{Error, Result};
+
+impl Step<'_, AscendDevice> {
+    /// Runs aclnn operator `op` on the device's stream, its operands views
+    /// of this step's leases, with `workspace` (a leased `u8` buffer the
+    /// plan sized with [`AscendDevice::workspace_size`]) when the operator
+    /// asks for one. Asynchronous like a kernel launch: copies to the host
+    /// wait for it. Allocates nothing on the device: an operator that
+    /// needs more workspace than the lease holds fails with
+    /// [`Error::WorkspaceTooSmall`].
+    pub fn aclnn(
+        &self,
+        op: &Op<'_>,
+        workspace: Option<&mut Lease<'_, u8, AscendDevice>>,
+    ) -> Result<()> {
+        let arena: &Arena<AscendDevice> = self.arena();
+        let id = std::ptr::from_ref(arena) as usize;
+        let base = arena.slab().base();
+        let ws = match workspace {
+            Some(l) if std::ptr::eq(l.arena(), arena) => Some((
+                base.wrapping_add(l.capacity_region().offset)
+                    .cast::<c_void>(),
+                l.capacity() as u64,
+            )),
+            Some(l) => {
+                return Err(Error::ArenaMismatch {
+                    op: op.name(),
+                    buffer: l.name().to_owned(),
+                    other: "this step's arena".to_owned(),
+                });
+            }
+            None => None,
+        };
+        arena.device().run_op(op, base, id, ws)
+    }
+}
