@@ -50,11 +50,6 @@ impl<'s, T: Element, D: Device> Lease<'s, T, D> {
         }
     }
 
-    /// The arena the lease was made from, for device extensions of `Lease`.
-    pub(crate) fn arena(&self) -> &'s Arena<D> {
-        self.arena
-    }
-
     fn planned(&self) -> &PlannedBuffer {
         &self.arena.plan.buffers()[self.slot.index as usize]
     }

@@ -1,6 +1,8 @@
 //! The arena: one slab reserved once, leased every step.
 #![deny(unsafe_code)]
 
+// `Lease::tensor` and `Step::aclnn` for the Ascend backend.
+mod ascend_ops;
 mod book;
 mod checked;
 // Leases as slices and ndarray views of host-accessible slabs.
@@ -236,11 +238,6 @@ impl<D: Device> Arena<D> {
     /// The device.
     pub fn device(&self) -> &D {
         &self.device
-    }
-
-    /// The slab, for device backends that address leases by slab offset.
-    pub(crate) fn slab(&self) -> &D::Slab {
-        &self.slab
     }
 
     /// A snapshot of the counters.

@@ -18,11 +18,6 @@ pub struct Step<'a, D: Device> {
 }
 
 impl<'a, D: Device> Step<'a, D> {
-    /// The arena this step runs on, for device extensions of `Step`.
-    pub(crate) fn arena(&self) -> &'a Arena<D> {
-        self.arena
-    }
-
     /// Leases `buffer` with its declared shape as the initial view.
     ///
     /// Fails, without side effects, if the buffer is already leased, if a

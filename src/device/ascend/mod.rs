@@ -22,7 +22,6 @@
 //! (`kernels/sim/`) whose kernel launches execute the same AscendC sources
 //! compiled against the CPU shim (`kernels/shim/`). Nothing here has run on
 //! an NPU.
-
 //!
 //! `unsafe` is allowed module by module below, each for its FFI; `abi`,
 //! `config` and the aclnn views and operator list are safe code.

@@ -346,7 +346,7 @@ impl AscendDevice {
 
     /// Both phases of `op` on the slab at `base` of arena `arena`, with the
     /// given workspace (device address and bytes).
-    pub(super) fn run_op(
+    pub(crate) fn run_op(
         &self,
         op: &Op<'_>,
         base: *mut u8,

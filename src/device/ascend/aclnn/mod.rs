@@ -40,7 +40,6 @@
 #[allow(unsafe_code)]
 mod call;
 mod op;
-mod step;
 mod view;
 
 pub use op::Op;

@@ -1,12 +1,11 @@
 //! [`TensorView`]: an aclnn operand described over a lease's bytes (or over
 //! nothing, for workspace queries). Pure data: the FFI that turns it into
-//! an `aclTensor` is in `call`.
+//! an `aclTensor` is in `call`. Views of leases come from `Lease::tensor`
+//! (in the arena, which depends on this module, never the reverse).
 
 use std::marker::PhantomData;
 
-use crate::arena::Lease;
-use crate::device::ascend::AscendDevice;
-use crate::dtype::{DType, Element};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// Most dimensions a view may have (the crate's shape limit).
@@ -34,19 +33,25 @@ pub struct TensorView<'a> {
     _lease: PhantomData<&'a ()>,
 }
 
-impl<T: Element> Lease<'_, T, AscendDevice> {
-    /// This lease's current view as an aclnn operand: its shape, row-major.
-    pub fn tensor(&self) -> TensorView<'_> {
-        let place = Place {
-            arena: std::ptr::from_ref(self.arena()) as usize,
-            offset: self.capacity_region().offset,
-            capacity: self.capacity(),
-        };
-        TensorView::contiguous(Some(place), T::DTYPE, self.shape())
-    }
-}
-
 impl<'a> TensorView<'a> {
+    /// A row-major view of `shape` over `capacity` elements at slab
+    /// `offset` of the slab owned by `owner` (an identity the caller
+    /// compares, never dereferenced). Made by `Lease::tensor`.
+    pub(crate) fn on_slab(
+        owner: usize,
+        offset: usize,
+        capacity: usize,
+        dtype: DType,
+        shape: &[usize],
+    ) -> TensorView<'a> {
+        let place = Place {
+            arena: owner,
+            offset,
+            capacity,
+        };
+        TensorView::contiguous(Some(place), dtype, shape)
+    }
+
     fn contiguous(place: Option<Place>, dtype: DType, shape: &[usize]) -> TensorView<'a> {
         let mut v = TensorView {
             place,

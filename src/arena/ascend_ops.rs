@@ -1,12 +1,28 @@
-//! `Step::aclnn`: operators on this step's leases.
+//! The Ascend backend's operations on leases: aclnn operand views of
+//! leases and `Step::aclnn`. They live in the arena so that the device
+//! layer never depends on the arena (the arena depends on the devices).
 
 use std::ffi::c_void;
 
-use super::op::Op;
-use crate::arena::{Arena, Lease, Step};
+use super::{Arena, Lease, Step};
 use crate::device::Slab;
 use crate::device::ascend::AscendDevice;
+use crate::device::ascend::aclnn::{Op, TensorView};
+use crate::dtype::Element;
 use crate::error::{Error, Result};
+
+impl<T: Element> Lease<'_, T, AscendDevice> {
+    /// This lease's current view as an aclnn operand: its shape, row-major.
+    pub fn tensor(&self) -> TensorView<'_> {
+        TensorView::on_slab(
+            std::ptr::from_ref(self.arena) as usize,
+            self.slot.offset,
+            self.slot.capacity,
+            T::DTYPE,
+            self.shape(),
+        )
+    }
+}
 
 impl Step<'_, AscendDevice> {
     /// Runs aclnn operator `op` on the device's stream, its operands views
@@ -21,13 +37,12 @@ impl Step<'_, AscendDevice> {
         op: &Op<'_>,
         workspace: Option<&mut Lease<'_, u8, AscendDevice>>,
     ) -> Result<()> {
-        let arena: &Arena<AscendDevice> = self.arena();
+        let arena: &Arena<AscendDevice> = self.arena;
         let id = std::ptr::from_ref(arena) as usize;
-        let base = arena.slab().base();
+        let base = arena.slab.base();
         let ws = match workspace {
-            Some(l) if std::ptr::eq(l.arena(), arena) => Some((
-                base.wrapping_add(l.capacity_region().offset)
-                    .cast::<c_void>(),
+            Some(l) if std::ptr::eq(l.arena, arena) => Some((
+                base.wrapping_add(l.slot.offset).cast::<c_void>(),
                 l.capacity() as u64,
             )),
             Some(l) => {
@@ -39,6 +54,6 @@ impl Step<'_, AscendDevice> {
             }
             None => None,
         };
-        arena.device().run_op(op, base, id, ws)
+        arena.device.run_op(op, base, id, ws)
     }
 }
