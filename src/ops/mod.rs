@@ -6,7 +6,7 @@
 //! rounded back to nearest even):
 //!
 //! - `bernoulli(p)`: element = 1 where the stream's uniform `u < p`, else 0,
-//!   with `u = (word >> 8) * 2^-24` (docs/rng.md) and `p` an `f32` in `[0, 1]`;
+//!   with `u = (word >> 8) * 2^-24` (`docs/rng.md#the-stream-layout`) and `p` an `f32` in `[0, 1]`;
 //! - `apply_mask(mask, scale)`: `x = mask != 0 ? x * scale : 0`;
 //! - `mul(y)`: `x = x * y`; `mul_scalar(s)`: `x = x * s`;
 //! - `dropout(p)`: with `q = 1 - p` and `scale = 1 / q` (both in f32),

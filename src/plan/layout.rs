@@ -1,7 +1,7 @@
 //! Bytes a buffer takes in the slab, by the device rules.
 //!
 //! ACL: a piece carved from one `aclrtMalloc` allocation needs
-//! `ALIGN_UP(len, 32) + 32` bytes and a 64-byte aligned start (`docs/ascend.md`).
+//! `ALIGN_UP(len, 32) + 32` bytes and a 64-byte aligned start (`docs/ascend.md#acl-allocation-and-carving-rule`).
 //! Sizes are further rounded to the offset alignment, so that every offset
 //! the placement produces is aligned without alignment-aware search.
 
