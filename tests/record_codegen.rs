@@ -2,7 +2,7 @@
 //! learned. `tests/data/learned_specs.rs` is `to_rust()`'s output for the
 //! workload below, wrapped in a function; when the output format changes on
 //! purpose, regenerate it with
-//! `TENSOR_ARENA_BLESS=1 cargo test --test record_codegen`.
+//! `TENSOR_ARENA_BLESS=1 cargo test --release --test record_codegen`.
 
 use tensor_arena::{HostDevice, Planner, Recorder, Rounding, SpecSet, f16};
 

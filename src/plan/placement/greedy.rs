@@ -504,12 +504,9 @@ impl SparseMax {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::iv;
     use super::super::validate;
     use super::*;
-
-    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
-        Interval { lower, upper, size }
-    }
 
     #[test]
     fn disjoint_lifetimes_share_bytes() {

@@ -43,6 +43,8 @@ mod greedy;
 mod search;
 mod strategy;
 mod sweep;
+#[cfg(test)]
+mod test_support;
 mod validate;
 
 pub use greedy::{
@@ -139,11 +141,8 @@ pub(crate) fn total_size(items: &[Interval]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::iv;
     use super::*;
-
-    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
-        Interval { lower, upper, size }
-    }
 
     #[test]
     fn lower_bound_counts_simultaneous_bytes() {

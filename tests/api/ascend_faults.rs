@@ -6,33 +6,16 @@
 //! (the next step succeeds; a step that failed before its update phase
 //! leaves the weights untouched) and leak nothing, by the runtime's own
 //! counters. The number of faults injected is printed
-//! (`cargo test --test ascend_faults -- --nocapture`).
+//! (`cargo test --release --test api ascend_faults:: -- --nocapture`).
 //!
 //! Needs a C++ compiler at build time (see build.rs).
 
-mod support;
-
-#[path = "../examples/mask_and_train/ascend.rs"]
-#[allow(dead_code)]
-mod ascend;
-#[path = "../examples/mask_and_train/backend.rs"]
-#[allow(dead_code)]
-mod backend;
-#[path = "../examples/mask_and_train/data.rs"]
-mod data;
-#[path = "../examples/mask_and_train/model.rs"]
-mod model;
-#[path = "../examples/mask_and_train/naive.rs"]
-#[allow(dead_code)]
-mod naive;
-#[path = "../examples/mask_and_train/train.rs"]
-#[allow(dead_code)]
-mod train;
-
-use backend::Backend;
-use support::sim::{self, ACLNN_RUNTIME, AICORE_EXCEPTION, COPY_DATA, OOM, sim};
 use tensor_arena::device::ascend::AscendDevice;
 use tensor_arena::{Arena, Available, Error, Planner, Result};
+
+use crate::backend::Backend;
+use crate::support::sim::{self, ACLNN_RUNTIME, AICORE_EXCEPTION, COPY_DATA, OOM, sim};
+use crate::{ascend, data, model, train};
 
 /// A small model on the simulated device, ready to train.
 struct Rig {

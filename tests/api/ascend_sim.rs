@@ -9,14 +9,12 @@
 //! Needs a C++ compiler at build time (see build.rs); nothing here has run
 //! on an NPU.
 
-mod support;
-
-use support::elem::Elem;
-
 use half::{bf16, f16};
-use support::sim::{self, AICORE_EXCEPTION, sim};
 use tensor_arena::device::ascend::{AscendConfig, AscendDevice, Op, TensorView};
 use tensor_arena::{Arena, Available, DType, Device, Error, HostDevice, Kernels, Planner, Result};
+
+use crate::support::elem::Elem;
+use crate::support::sim::{self, AICORE_EXCEPTION, sim};
 
 fn values<T: Elem>(n: usize, salt: u32) -> Vec<T> {
     (0..n)
