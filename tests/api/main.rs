@@ -30,6 +30,7 @@ mod model;
 #[allow(dead_code)]
 mod train;
 
+mod architecture;
 mod arena;
 mod ascend_faults;
 mod ascend_sim;
