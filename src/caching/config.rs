@@ -243,7 +243,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.max_split_size, Some(21 << 20));
-        assert_eq!(c.garbage_collection_threshold.map(GcThreshold::get), Some(0.6));
+        assert_eq!(
+            c.garbage_collection_threshold.map(GcThreshold::get),
+            Some(0.6)
+        );
         assert!(!c.expandable_segments);
         assert_eq!(
             CachingConfig::from_alloc_conf("").unwrap(),

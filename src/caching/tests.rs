@@ -315,7 +315,11 @@ fn garbage_collection_frees_the_oldest_cached_segments_first() {
     assert_eq!(s.reserved_bytes.current, (46 + 42) * MIB);
     assert_eq!((s.num_device_free, s.num_alloc_retries), (1, 0));
     let starts: Vec<u64> = a.segments().iter().map(|g| g.blocks[0].address).collect();
-    assert_eq!(starts, vec![32 * MIB, 64 * MIB, 78 * MIB], "x's segment at 0 went");
+    assert_eq!(
+        starts,
+        vec![32 * MIB, 64 * MIB, 78 * MIB],
+        "x's segment at 0 went"
+    );
     checked(&a);
 }
 

@@ -160,7 +160,10 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     let sweep = args.sweep.then(|| {
         let d = SweepOptions::default();
         SweepOptions {
-            max_split_size_mb: args.sweep_max_split_mb.clone().unwrap_or(d.max_split_size_mb),
+            max_split_size_mb: args
+                .sweep_max_split_mb
+                .clone()
+                .unwrap_or(d.max_split_size_mb),
             garbage_collection_thresholds: args
                 .sweep_gc
                 .clone()

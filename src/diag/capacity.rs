@@ -218,7 +218,12 @@ impl<'t> Replayer<'t> {
                 .collect();
             replays += caps.len();
             let ok = self.fits_all(&caps);
-            oom_above_min.extend(caps.iter().zip(&ok).filter(|(_, ok)| !**ok).map(|(c, _)| *c));
+            oom_above_min.extend(
+                caps.iter()
+                    .zip(&ok)
+                    .filter(|(_, ok)| !**ok)
+                    .map(|(c, _)| *c),
+            );
             window_top = top;
             // A failing top means the unsafe range may go on: look further,
             // up to where the run is surely the unlimited one.

@@ -101,12 +101,11 @@ impl Trace {
             |n| n.to_string_lossy().into_owned(),
         );
         let input = Box::new(BufReader::with_capacity(1 << 16, file));
-        Trace::from_reader(&name, path, input, options)
-            .map_err(|e| match e {
-                // A read error inside the stream names the file.
-                Error::Io { message, .. } => io(std::io::Error::other(message)),
-                other => other,
-            })
+        Trace::from_reader(&name, path, input, options).map_err(|e| match e {
+            // A read error inside the stream names the file.
+            Error::Io { message, .. } => io(std::io::Error::other(message)),
+            other => other,
+        })
     }
 
     fn from_reader(
@@ -339,7 +338,10 @@ impl Columns {
     }
 
     fn row<'a>(&self, fields: &[&'a str]) -> Option<Row<'a>> {
-        let at = |i: Option<usize>| i.and_then(|i| fields.get(i).copied()).filter(|f| !f.is_empty());
+        let at = |i: Option<usize>| {
+            i.and_then(|i| fields.get(i).copied())
+                .filter(|f| !f.is_empty())
+        };
         Some(Row {
             action: at(Some(self.action))?,
             id: at(Some(self.id))?,

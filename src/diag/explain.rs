@@ -24,8 +24,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::trace::{Trace, TraceEvent};
-use crate::caching::{BlockId, BlockState, CachingAllocator, CachingConfig, SegmentView};
 use crate::caching::rules::{allocation_size, round_size};
+use crate::caching::{BlockId, BlockState, CachingAllocator, CachingConfig, SegmentView};
 use crate::units::format_bytes;
 
 /// Upper ends of the free-block size classes (the last is open).
@@ -269,7 +269,11 @@ fn explain_state(
         let mut seen: Vec<&str> = Vec::new();
         for (k, &i) in holders.iter().enumerate() {
             let site = trace.site(i).unwrap_or("(no site recorded)");
-            let extra = if k == 0 { pinned % holders.len().max(1) as u64 } else { 0 };
+            let extra = if k == 0 {
+                pinned % holders.len().max(1) as u64
+            } else {
+                0
+            };
             let entry = by_site.entry(site).or_insert_with(|| SiteShare {
                 site: site.to_owned(),
                 stranded_bytes: 0,
@@ -285,7 +289,11 @@ fn explain_state(
         }
     }
     let mut sites: Vec<SiteShare> = by_site.into_values().collect();
-    sites.sort_by(|a, b| b.stranded_bytes.cmp(&a.stranded_bytes).then(a.site.cmp(&b.site)));
+    sites.sort_by(|a, b| {
+        b.stranded_bytes
+            .cmp(&a.stranded_bytes)
+            .then(a.site.cmp(&b.site))
+    });
     sites.truncate(top_sites);
     classes.retain(|c| c.blocks > 0);
     let reserved = stats.reserved_bytes.current;
@@ -418,13 +426,26 @@ mod tests {
         )
         .unwrap();
         // After d (event 8), which reuses the small segment.
-        let e = explain_at(&t, CachingConfig::default(), Moment::PeakReserved, 8, None, 5);
+        let e = explain_at(
+            &t,
+            CachingConfig::default(),
+            Moment::PeakReserved,
+            8,
+            None,
+            5,
+        );
         assert_eq!(e.request, Some(request_for(100, 0)));
         assert_eq!(e.reserved, 42 * MIB);
-        assert_eq!(e.gap, e.hard_fragmentation + e.soft_fragmentation + e.stream_fragmentation);
+        assert_eq!(
+            e.gap,
+            e.hard_fragmentation + e.soft_fragmentation + e.stream_fragmentation
+        );
         let b6 = 6_291_968;
         // Segment 1: b's hole and the tail; the small segment now holds d.
-        assert_eq!(e.hard_fragmentation, b6 + (20 * MIB - 3 * b6) + (2 * MIB - 512));
+        assert_eq!(
+            e.hard_fragmentation,
+            b6 + (20 * MIB - 3 * b6) + (2 * MIB - 512)
+        );
         assert_eq!(e.soft_fragmentation, 0);
         assert_eq!(e.stream_fragmentation, 20 * MIB);
         assert_eq!(e.largest_free_block, 20 * MIB);
@@ -432,13 +453,24 @@ mod tests {
         let blocks: usize = e.free_by_size.iter().map(|c| c.blocks).sum();
         assert_eq!(blocks, 4);
         // Stream 1's idle 20 MiB is the larger part.
-        assert!(e.summary.contains("cause is stream fragmentation"), "{}", e.summary);
+        assert!(
+            e.summary.contains("cause is stream fragmentation"),
+            "{}",
+            e.summary
+        );
     }
 
     #[test]
     fn whole_free_segments_are_soft() {
         let t = Trace::from_csv("t", "alloc,a,3145728\nfree,a\nalloc,b,100\n").unwrap();
-        let e = explain_at(&t, CachingConfig::default(), Moment::PeakReserved, 2, None, 5);
+        let e = explain_at(
+            &t,
+            CachingConfig::default(),
+            Moment::PeakReserved,
+            2,
+            None,
+            5,
+        );
         assert_eq!(e.soft_fragmentation, 20 * MIB);
         assert_eq!(e.hard_fragmentation, 2 * MIB - 512);
         assert!(e.summary.contains("soft fragmentation"), "{}", e.summary);

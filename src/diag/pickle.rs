@@ -845,7 +845,9 @@ mod tests {
         //            "name": "f"}, {"filename": "train.py", "line": 7,
         //            "name": "step"}]: one list, shared through the memo.
         let mut p: Vec<u8> = b"\x80\x04\x95\xbb\x00\x00\x00\x00\x00\x00\x00]\x94(}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94K\x10\x8c\x04size\x94K\x04\x8c\x06frames\x94]\x94(}\x94(\x8c\x08filename\x94\x8c\x1b/x/site-packages/torch/a.py\x94\x8c\x04line\x94K\x01\x8c\x04name\x94\x8c\x01f\x94u}\x94(h\t\x8c\x08train.py\x94h\x0bK\x07h\x0c\x8c\x04step\x94ueu".to_vec();
-        p.extend_from_slice(b"}\x94(h\x02\x8c\x0efree_completed\x94h\x04K\x10h\x05K\x04h\x06h\x07ue.");
+        p.extend_from_slice(
+            b"}\x94(h\x02\x8c\x0efree_completed\x94h\x04K\x10h\x05K\x04h\x06h\x07ue.",
+        );
         let v = parse(&p).unwrap();
         let events = v.take_events();
         assert_eq!(events.len(), 2);
@@ -853,7 +855,10 @@ mod tests {
         assert_eq!(events[1].action, Action::FreeCompleted);
         assert_eq!((events[0].addr, events[0].size), (Some(16), Some(4)));
         for e in &events {
-            assert_eq!(e.site.as_deref().map(String::as_str), Some("train.py:7 in step"));
+            assert_eq!(
+                e.site.as_deref().map(String::as_str),
+                Some("train.py:7 in step")
+            );
         }
     }
 }

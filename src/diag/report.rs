@@ -140,7 +140,14 @@ pub fn diagnose(trace: &Trace, options: &DiagnoseOptions) -> Result<Diagnosis> {
         ));
     }
     if let Some(o) = &model.oom {
-        explain.push(explain_at(trace, config, Moment::OutOfMemory, o.event, None, top));
+        explain.push(explain_at(
+            trace,
+            config,
+            Moment::OutOfMemory,
+            o.event,
+            None,
+            top,
+        ));
     }
     for r in recorded.map_or(&[][..], |r| &r.oom_events) {
         let request = Request {
@@ -421,7 +428,11 @@ fn write_sweep(f: &mut fmt::Formatter<'_>, rows: &[SweepRow], rec: &Recommendati
         "PYTORCH_NPU_ALLOC_CONF", "peak reserv.", "smallest", "safe"
     )?;
     for r in rows {
-        let conf = if r.conf.is_empty() { "(defaults)" } else { &r.conf };
+        let conf = if r.conf.is_empty() {
+            "(defaults)"
+        } else {
+            &r.conf
+        };
         writeln!(
             f,
             "  {:<56} {:>12} {:>12} {:>12}  {}",

@@ -53,7 +53,9 @@ pub(super) fn from_reader<Rd: BufRead>(
                 .to_owned(),
         ));
     }
-    let traces = top.field("device_traces").map_or_else(Vec::new, |t| t.items());
+    let traces = top
+        .field("device_traces")
+        .map_or_else(Vec::new, |t| t.items());
     let allocs = |t: &V| t.event_count(|e| e.action == Action::Alloc);
     let device = match device {
         Some(d) if d < traces.len() => d,
@@ -130,7 +132,10 @@ pub(super) fn from_reader<Rd: BufRead>(
     let mut final_reserved = 0i128;
     let segments = top.field("segments").map_or_else(Vec::new, |s| s.items());
     let number = |seg: &V, key: &str| seg.field(key).and_then(|v| v.as_int()).unwrap_or(0);
-    for seg in segments.iter().filter(|s| number(s, "device") == device as i64) {
+    for seg in segments
+        .iter()
+        .filter(|s| number(s, "device") == device as i64)
+    {
         final_reserved += i128::from(number(seg, "total_size"));
         let stream = streams.id(number(seg, "stream"));
         let blocks = seg.field("blocks").map_or_else(Vec::new, |b| b.items());

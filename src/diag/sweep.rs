@@ -178,7 +178,12 @@ fn empty_scan() -> CapacityScan {
     }
 }
 
-fn row(config: CachingConfig, peak_reserved: u64, peak_allocated: u64, s: CapacityScan) -> SweepRow {
+fn row(
+    config: CachingConfig,
+    peak_reserved: u64,
+    peak_allocated: u64,
+    s: CapacityScan,
+) -> SweepRow {
     SweepRow {
         conf: config.to_alloc_conf(),
         peak_reserved,

@@ -180,7 +180,11 @@ fn check(c: &SyntheticConfig) -> Result<()> {
         return bad("steps", c.steps.to_string(), "must be 1 to 1000000");
     }
     if c.late_held > 100_000 {
-        return bad("late_held", c.late_held.to_string(), "must be at most 100000");
+        return bad(
+            "late_held",
+            c.late_held.to_string(),
+            "must be at most 100000",
+        );
     }
     if c.layers == 0 || c.layers > 1000 {
         return bad("layers", c.layers.to_string(), "must be 1 to 1000");

@@ -199,7 +199,11 @@ fn best_fit_around(items: &[Interval], sequence: &[usize], fixed: &[Placed]) -> 
 }
 
 /// Long buffers first, then window by window (module docs).
-fn place_windowed(items: &[Interval], events: usize, lower_bound: usize) -> (Vec<usize>, usize, usize) {
+fn place_windowed(
+    items: &[Interval],
+    events: usize,
+    lower_bound: usize,
+) -> (Vec<usize>, usize, usize) {
     let long_after = (events / 64).max(1);
     let mut long: Vec<usize> = Vec::new();
     let mut short: Vec<usize> = Vec::new();
@@ -231,8 +235,7 @@ fn place_windowed(items: &[Interval], events: usize, lower_bound: usize) -> (Vec
             alive_bytes -= size;
         }
         let few = alive.len() <= CROSS_MAX && alive_bytes <= peak_bytes / 64;
-        let cut = !current.is_empty()
-            && (alive.is_empty() || few || current.len() >= MAX_WINDOW);
+        let cut = !current.is_empty() && (alive.is_empty() || few || current.len() >= MAX_WINDOW);
         if cut {
             if !alive.is_empty() {
                 let (keep, cross): (Vec<usize>, Vec<usize>) =
