@@ -1,7 +1,7 @@
 //! Random malloc / free sequences through the caching-allocator model, in
 //! every configuration torch_npu accepts (garbage collection included): the
-//! bookkeeping stays consistent, live blocks never
-//! overlap, and an allocation fails only at a capacity.
+//! bookkeeping stays consistent, live blocks never overlap, and an
+//! allocation fails only at a capacity.
 
 use proptest::prelude::*;
 use tensor_arena::caching::{BlockId, CachingAllocator, CachingConfig, GcThreshold, rules};

@@ -282,8 +282,8 @@ fn with_gc(capacity_mib: u64, threshold: f64) -> CachingAllocator {
     })
 }
 
-/// Two 30 MiB blocks (32 MiB segments each, not split: 32 MiB - 30 MiB
-/// - 512 is less than 1 MiB), a 12 MiB block (a 14 MiB segment) freed and
+/// Two 30 MiB blocks (32 MiB segments each, not split: 32 MiB less
+/// 30 MiB + 512 is less than 1 MiB), a 12 MiB block (a 14 MiB segment) freed and
 /// reused twice, then the two 30 MiB ones freed at different ages. Returns
 /// the allocator with 78 MiB cached: the first 32 MiB segment (age 3), the
 /// 14 MiB one and the second 32 MiB one (age 1 each).

@@ -22,8 +22,10 @@
 //! the file.
 
 use std::cell::RefCell;
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::rc::Rc;
+
+use rustc_hash::FxHashMap;
 
 /// A value on the pickle machine's stack.
 #[derive(Debug, Clone)]
@@ -239,23 +241,30 @@ fn reduce(dict: &[(V, V)]) -> Reduced {
 /// The pickle machine.
 struct Machine<Rd> {
     input: Rd,
+    /// Read-ahead: `buf[pos..len]` is unread input.
+    buf: Box<[u8]>,
+    pos: usize,
+    len: usize,
     at: u64,
     stack: Vec<V>,
     marks: Vec<usize>,
     memo: Vec<V>,
-    /// Memo slot of each container created, to drop reduced entries.
-    slot_of: Vec<(*const RefCell<Node>, u32)>,
+    /// Memo slot of each memoized container, to drop reduced entries.
+    slot_of: FxHashMap<*const RefCell<Node>, u32>,
 }
 
 /// Reads one pickle from `input` and returns its top value.
-pub(super) fn read<Rd: BufRead>(input: Rd) -> R<V> {
+pub(super) fn read<Rd: Read>(input: Rd) -> R<V> {
     let mut m = Machine {
         input,
+        buf: vec![0u8; 1 << 16].into_boxed_slice(),
+        pos: 0,
+        len: 0,
         at: 0,
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Vec::new(),
-        slot_of: Vec::new(),
+        slot_of: FxHashMap::default(),
     };
     m.run()
 }
@@ -271,7 +280,7 @@ fn empty_list() -> Node {
     }
 }
 
-impl<Rd: BufRead> Machine<Rd> {
+impl<Rd: Read> Machine<Rd> {
     fn fail<T>(&self, message: impl Into<String>) -> R<T> {
         Err(PickleError {
             at: self.at,
@@ -279,23 +288,48 @@ impl<Rd: BufRead> Machine<Rd> {
         })
     }
 
-    fn byte(&mut self) -> R<u8> {
-        let mut b = [0u8; 1];
-        self.exact(&mut b)?;
-        Ok(b[0])
+    /// Refills the read-ahead; `false` at the end of the input.
+    fn refill(&mut self) -> R<bool> {
+        loop {
+            match self.input.read(&mut self.buf) {
+                Ok(n) => {
+                    self.pos = 0;
+                    self.len = n;
+                    return Ok(n > 0);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail(format!("read error: {e}")),
+            }
+        }
     }
 
-    fn exact(&mut self, buf: &mut [u8]) -> R<()> {
-        match self.input.read_exact(buf) {
-            Ok(()) => {
-                self.at += buf.len() as u64;
-                Ok(())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                self.fail("the pickle ends early (truncated file?)")
-            }
-            Err(e) => self.fail(format!("read error: {e}")),
+    fn truncated<T>(&self) -> R<T> {
+        self.fail("the pickle ends early (truncated file?)")
+    }
+
+    fn byte(&mut self) -> R<u8> {
+        if self.pos == self.len && !self.refill()? {
+            return self.truncated();
         }
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        self.at += 1;
+        Ok(b)
+    }
+
+    fn exact(&mut self, out: &mut [u8]) -> R<()> {
+        let mut done = 0;
+        while done < out.len() {
+            if self.pos == self.len && !self.refill()? {
+                return self.truncated();
+            }
+            let n = (out.len() - done).min(self.len - self.pos);
+            out[done..done + n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+            self.pos += n;
+            self.at += n as u64;
+            done += n;
+        }
+        Ok(())
     }
 
     fn uint(&mut self, n: usize) -> R<u64> {
@@ -308,13 +342,16 @@ impl<Rd: BufRead> Machine<Rd> {
     /// huge allocation up front.
     fn bytes(&mut self, n: u64) -> R<Vec<u8>> {
         let mut out = Vec::with_capacity(n.min(1 << 20) as usize);
-        let got = (&mut self.input)
-            .take(n)
-            .read_to_end(&mut out)
-            .or_else(|e| self.fail(format!("read error: {e}")))?;
-        self.at += got as u64;
-        if (got as u64) < n {
-            return self.fail("the pickle ends early (truncated file?)");
+        let mut left = n;
+        while left > 0 {
+            if self.pos == self.len && !self.refill()? {
+                return self.truncated();
+            }
+            let k = (left.min((self.len - self.pos) as u64)) as usize;
+            out.extend_from_slice(&self.buf[self.pos..self.pos + k]);
+            self.pos += k;
+            self.at += k as u64;
+            left -= k as u64;
         }
         Ok(out)
     }
@@ -329,13 +366,12 @@ impl<Rd: BufRead> Machine<Rd> {
 
     fn line(&mut self) -> R<String> {
         let mut out = Vec::new();
-        let got = self
-            .input
-            .read_until(b'\n', &mut out)
-            .or_else(|e| self.fail(format!("read error: {e}")))?;
-        self.at += got as u64;
-        if out.pop() != Some(b'\n') {
-            return self.fail("the pickle ends early (truncated file?)");
+        loop {
+            let b = self.byte()?;
+            if b == b'\n' {
+                break;
+            }
+            out.push(b);
         }
         String::from_utf8(out).or_else(|_| self.fail("a text argument is not UTF-8"))
     }
@@ -375,7 +411,7 @@ impl<Rd: BufRead> Machine<Rd> {
             return self.fail("memo index out of range");
         };
         if let V::Node(n) = &v {
-            self.slot_of.push((Rc::as_ptr(n), i as u32));
+            self.slot_of.insert(Rc::as_ptr(n), i as u32);
         }
         if i >= self.memo.len() {
             if i > self.memo.len() + (1 << 20) {
@@ -407,11 +443,13 @@ impl<Rd: BufRead> Machine<Rd> {
     /// Drops the memo slot of a reduced trace entry.
     fn forget(&mut self, n: &Rc<RefCell<Node>>) {
         let ptr = Rc::as_ptr(n);
-        if let Some(k) = self.slot_of.iter().rposition(|&(p, _)| p == ptr) {
-            let (_, slot) = self.slot_of.swap_remove(k);
-            if let Some(v) = self.memo.get_mut(slot as usize) {
-                *v = V::Gone;
-            }
+        if let Some(slot) = self.slot_of.remove(&ptr)
+            // Only if the slot still holds this very node (an address can
+            // be reused after a node is dropped).
+            && let Some(v) = self.memo.get_mut(slot as usize)
+            && matches!(v, V::Node(m) if Rc::ptr_eq(m, n))
+        {
+            *v = V::Gone;
         }
     }
 
@@ -447,7 +485,7 @@ impl<Rd: BufRead> Machine<Rd> {
     }
 
     fn set_items(&mut self, dict: &V, items: Vec<V>) -> R<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return self.fail("malformed pickle: odd number of dict items");
         }
         let V::Node(target) = dict else {
