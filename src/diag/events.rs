@@ -460,7 +460,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown action 'grow'"), "{err}");
-        assert!(Trace::from_json_lines("t", "{oops").is_err());
+        assert!(matches!(
+            Trace::from_json_lines("t", "{oops"),
+            Err(Error::Trace { .. })
+        ));
     }
 
     #[test]

@@ -100,14 +100,28 @@ impl Action {
     }
 }
 
-/// A reduced trace entry. `addr` is `device_free` for `oom` entries.
+/// A reduced trace entry (40 bytes). The address is `device_free` for
+/// `oom` entries.
 #[derive(Debug, Clone)]
 pub(super) struct Event {
     pub action: Action,
-    pub addr: Option<i64>,
-    pub size: Option<i64>,
+    addr: i64,
+    size: i64,
     pub stream: i64,
     pub site: Option<Rc<String>>,
+}
+
+/// `addr` or `size` absent (torch never writes `i64::MIN`).
+const ABSENT: i64 = i64::MIN;
+
+impl Event {
+    pub fn addr(&self) -> Option<i64> {
+        (self.addr != ABSENT).then_some(self.addr)
+    }
+
+    pub fn size(&self) -> Option<i64> {
+        (self.size != ABSENT).then_some(self.size)
+    }
 }
 
 /// A reduced segment block.
@@ -197,6 +211,8 @@ fn text(v: Option<&V>) -> Option<Rc<String>> {
 /// What a dict appended to a list reduces to.
 enum Reduced {
     Event(Event),
+    /// A trace entry the reader does not need.
+    Drop,
     Node(Node),
     Keep,
 }
@@ -209,10 +225,17 @@ fn reduce(dict: &[(V, V)]) -> Reduced {
         } else {
             int(get(dict, "addr"))
         };
+        if matches!(
+            action,
+            Action::FreeRequested | Action::Snapshot | Action::Other
+        ) {
+            // Nothing the trace needs: dropped, not kept.
+            return Reduced::Drop;
+        }
         return Reduced::Event(Event {
             action,
-            addr,
-            size: int(get(dict, "size")),
+            addr: addr.unwrap_or(ABSENT),
+            size: int(get(dict, "size")).unwrap_or(ABSENT),
             stream: int(get(dict, "stream")).unwrap_or(0),
             site: site_of(get(dict, "frames")),
         });
@@ -466,12 +489,16 @@ impl<Rd: Read> Machine<Rd> {
                     _ => Reduced::Keep,
                 };
                 match reduced {
-                    Reduced::Event(e) => event = Some(e),
+                    Reduced::Event(e) => {
+                        event = Some(e);
+                        self.forget(child);
+                    }
+                    Reduced::Drop => {
+                        self.forget(child);
+                        continue;
+                    }
                     Reduced::Node(n) => *child.borrow_mut() = n,
                     Reduced::Keep => {}
-                }
-                if event.is_some() {
-                    self.forget(child);
                 }
             }
             match (&mut *target.borrow_mut(), event) {
@@ -891,7 +918,7 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].action, Action::Alloc);
         assert_eq!(events[1].action, Action::FreeCompleted);
-        assert_eq!((events[0].addr, events[0].size), (Some(16), Some(4)));
+        assert_eq!((events[0].addr(), events[0].size()), (Some(16), Some(4)));
         for e in &events {
             assert_eq!(
                 e.site.as_deref().map(String::as_str),

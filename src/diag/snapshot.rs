@@ -93,21 +93,21 @@ pub(super) fn from_reader<Rd: BufRead>(
         let stream = streams.id(e.stream);
         match e.action {
             Action::Alloc => {
-                let (addr, size) = (field(e.addr, "addr")?, field(e.size, "size")?);
+                let (addr, size) = (field(e.addr(), "addr")?, field(e.size(), "size")?);
                 b.alloc(addr, size, stream).map_err(|m| err(at(), m))?;
                 if let Some(site) = &e.site {
                     b.set_site(site);
                 }
             }
             Action::FreeCompleted => {
-                let (addr, size) = (field(e.addr, "addr")?, field(e.size, "size")?);
+                let (addr, size) = (field(e.addr(), "addr")?, field(e.size(), "size")?);
                 b.free_or_adopt(&addr, size, stream);
             }
             Action::SegmentAlloc
             | Action::SegmentMap
             | Action::SegmentFree
             | Action::SegmentUnmap => {
-                let size = i128::from(field(e.size, "size")?);
+                let size = i128::from(field(e.size(), "size")?);
                 let grows = matches!(e.action, Action::SegmentAlloc | Action::SegmentMap);
                 reserved_delta += if grows { size } else { -size };
                 deltas.push((b.event_count(), reserved_delta));
@@ -116,13 +116,14 @@ pub(super) fn from_reader<Rd: BufRead>(
                 recorded.ooms += 1;
                 recorded.oom_events.push(RecordedOom {
                     event: b.event_count(),
-                    size: e.size.map_or(0, |s| s.max(0) as u64),
+                    size: e.size().map_or(0, |s| s.max(0) as u64),
                     stream,
-                    device_free: e.addr.map_or(0, |s| s.max(0) as u64),
+                    device_free: e.addr().map_or(0, |s| s.max(0) as u64),
                 });
             }
-            // free_requested: the block is not reusable until
-            // free_completed; snapshot: a marker.
+            // free_requested (the block is not reusable until
+            // free_completed) and snapshot markers are dropped by the
+            // reader already.
             Action::FreeRequested | Action::Snapshot | Action::Other => {}
         }
     }

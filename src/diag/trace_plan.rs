@@ -163,8 +163,15 @@ impl Placed {
 
 /// Best-fit placement of `items[i]` for `i` in `sequence`, around the
 /// buffers in `fixed` (sorted by offset). Returns the offsets in sequence
-/// order.
-fn best_fit_around(items: &[Interval], sequence: &[usize], fixed: &[Placed]) -> Vec<usize> {
+/// order. When the sequence goes by start time, buffers that ended before
+/// the current start can never overlap a later one and are dropped from the
+/// scan, so that it costs the number of buffers alive at once, not all.
+fn best_fit_around(
+    items: &[Interval],
+    sequence: &[usize],
+    fixed: &[Placed],
+    by_start: bool,
+) -> Vec<usize> {
     let mut placed: Vec<Placed> = fixed.to_vec();
     let mut out = Vec::with_capacity(sequence.len());
     for &i in sequence {
@@ -172,6 +179,9 @@ fn best_fit_around(items: &[Interval], sequence: &[usize], fixed: &[Placed]) -> 
         if it.is_trivial() {
             out.push(0);
             continue;
+        }
+        if by_start {
+            placed.retain(|p| p.upper > it.lower);
         }
         let mut cursor = 0usize;
         let mut best: Option<(usize, usize)> = None; // (gap, offset)
@@ -267,7 +277,10 @@ fn place_windowed(
             .map(|k| long[k])
             .collect()
     };
-    for (&i, off) in long_seq.iter().zip(best_fit_around(items, &long_seq, &[])) {
+    for (&i, off) in long_seq
+        .iter()
+        .zip(best_fit_around(items, &long_seq, &[], true))
+    {
         offsets[i] = off;
     }
     // Long buffers by start, to find those alive in each window.
@@ -294,7 +307,7 @@ fn place_windowed(
         let mut best: Option<(usize, Vec<usize>, Vec<usize>)> = None;
         for order in GreedyOrder::ALL {
             let seq = order.sequence(&sub);
-            let offs = best_fit_around(&sub, &seq, &fixed);
+            let offs = best_fit_around(&sub, &seq, &fixed, false);
             let h = height(&seq, &offs);
             if best.as_ref().is_none_or(|(bh, _, _)| h < *bh) {
                 best = Some((h, seq, offs));
