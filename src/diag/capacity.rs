@@ -194,10 +194,13 @@ impl<'t> Replayer<'t> {
         let mut replays = 0;
         let mut min_capacity = surely;
         let mut at = lower_limit;
-        'search: while at < surely {
+        // `surely` itself is replayed too (expandable segments size their
+        // address space from the capacity, so even there the run can
+        // differ from the unlimited one).
+        'search: while at <= surely {
             let caps: Vec<u64> = (0..batch)
                 .map(|k| at + k * CAPACITY_STEP)
-                .take_while(|&c| c < surely)
+                .take_while(|&c| c <= surely)
                 .collect();
             replays += caps.len();
             for (&c, ok) in caps.iter().zip(self.fits_all(&caps)) {
