@@ -283,16 +283,23 @@ fn place_windowed(
     {
         offsets[i] = off;
     }
-    // Long buffers by start, to find those alive in each window.
+    // Long buffers by start, to find those alive in each window: windows
+    // come in start order, so one pass keeps the ones that may overlap
+    // (extra ones are skipped by the time check of the scan).
     let mut by_start: Vec<usize> = long.clone();
     by_start.sort_by_key(|&i| items[i].lower);
+    let mut next_long = 0;
+    let mut active: Vec<usize> = Vec::new();
     for window in &windows {
         let start = window.iter().map(|&i| items[i].lower).min().unwrap_or(0);
         let end = window.iter().map(|&i| items[i].upper).max().unwrap_or(0);
-        let stop = by_start.partition_point(|&i| items[i].lower < end);
-        let mut fixed: Vec<Placed> = by_start[..stop]
+        while next_long < by_start.len() && items[by_start[next_long]].lower < end {
+            active.push(by_start[next_long]);
+            next_long += 1;
+        }
+        active.retain(|&i| items[i].upper > start);
+        let mut fixed: Vec<Placed> = active
             .iter()
-            .filter(|&&i| items[i].upper > start)
             .map(|&i| Placed::of(&items[i], offsets[i]))
             .collect();
         fixed.sort_by_key(|p| p.offset);
