@@ -162,22 +162,17 @@ impl<D: Device> Arena<D> {
     }
 
     fn check_byte_copy(&self, id: BufferId, len: usize) -> Result<usize> {
-        let b = self.plan.buffer(id)?;
-        if len > b.bytes() {
-            let elements = len.div_ceil(b.dtype().size());
-            return Err(Error::ViewTooLarge {
-                buffer: b.name().to_owned(),
-                shape: vec![elements],
-                elements,
-                capacity: b.capacity(),
-                padded: b.padded_shape().to_vec(),
-            });
-        }
-        Ok(b.offset())
+        let size = self.plan.buffer(id)?.dtype().size();
+        self.check_elements(id, len.div_ceil(size))
     }
 
     fn check_copy<T: Element>(&self, buffer: Buffer<T>, elements: usize) -> Result<usize> {
-        let b = self.plan.buffer(buffer.id)?;
+        self.check_elements(buffer.id, elements)
+    }
+
+    /// The buffer's slab offset, if `elements` fit its capacity.
+    fn check_elements(&self, id: BufferId, elements: usize) -> Result<usize> {
+        let b = self.plan.buffer(id)?;
         if elements > b.capacity() {
             return Err(Error::ViewTooLarge {
                 buffer: b.name().to_owned(),
