@@ -32,7 +32,7 @@ use serde::Serialize;
 use super::trace::Trace;
 use crate::plan::DEFAULT_OFFSET_ALIGN;
 use crate::plan::layout::slot_size;
-use crate::plan::placement::{self, GreedyOrder, Interval};
+use crate::plan::placement::{self, GreedyOrder, Interval, Placed, best_fit_offset, insert_placed};
 
 /// Traces with at most this many allocations are placed in one greedy
 /// pass; larger ones window by window (see the module docs).
@@ -141,26 +141,6 @@ pub fn place(items: &[Interval]) -> Vec<usize> {
     placement::greedy(items, GreedyOrder::Size)
 }
 
-/// A buffer already in the slab, as the best-fit scan sees it.
-#[derive(Debug, Clone, Copy)]
-struct Placed {
-    offset: usize,
-    end: usize,
-    lower: usize,
-    upper: usize,
-}
-
-impl Placed {
-    fn of(it: &Interval, offset: usize) -> Placed {
-        Placed {
-            offset,
-            end: offset.saturating_add(it.size),
-            lower: it.lower,
-            upper: it.upper,
-        }
-    }
-}
-
 /// Best-fit placement of `items[i]` for `i` in `sequence`, around the
 /// buffers in `fixed` (sorted by offset). Returns the offsets in sequence
 /// order. When the sequence goes by start time, buffers that ended before
@@ -181,29 +161,11 @@ fn best_fit_around(
             continue;
         }
         if by_start {
-            placed.retain(|p| p.upper > it.lower);
+            placed.retain(|p| p.upper() > it.lower);
         }
-        let mut cursor = 0usize;
-        let mut best: Option<(usize, usize)> = None; // (gap, offset)
-        for p in &placed {
-            if !(it.lower < p.upper && p.lower < it.upper) {
-                continue;
-            }
-            if p.offset > cursor {
-                let gap = p.offset - cursor;
-                if gap >= it.size && best.is_none_or(|(g, _)| gap < g) {
-                    best = Some((gap, cursor));
-                    if gap == it.size {
-                        break;
-                    }
-                }
-            }
-            cursor = cursor.max(p.end);
-        }
-        let offset = best.map_or(cursor, |(_, o)| o);
+        let offset = best_fit_offset(&placed, it);
         out.push(offset);
-        let at = placed.partition_point(|p| p.offset <= offset);
-        placed.insert(at, Placed::of(it, offset));
+        insert_placed(&mut placed, Placed::of(it, offset));
     }
     out
 }
@@ -302,7 +264,7 @@ fn place_windowed(
             .iter()
             .map(|&i| Placed::of(&items[i], offsets[i]))
             .collect();
-        fixed.sort_by_key(|p| p.offset);
+        fixed.sort_by_key(|p| p.offset());
         let sub: Vec<Interval> = window.iter().map(|&i| items[i]).collect();
         let height = |seq: &[usize], offs: &[usize]| {
             seq.iter()

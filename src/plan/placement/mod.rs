@@ -50,6 +50,7 @@ mod validate;
 pub use greedy::{
     Greedy, GreedyFit, GreedyOrder, best_of_orders, greedy, greedy_lowest, place_in_sequence,
 };
+pub(crate) use greedy::{Placed, best_fit_offset, insert_placed};
 pub use search::{SearchConfig, SearchOutcome, SearchStatus, search};
 pub use strategy::{AUTO_BEST_MAX, DEFAULT_TIME_LIMIT, Solution, Strategy, StrategyKind, solve};
 pub use validate::{Violation, validate};
