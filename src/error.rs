@@ -392,11 +392,12 @@ pub enum Error {
 
     // ---- Devices (host and Ascend) ----
     /// The device cannot provide the slab.
-    #[error("device '{device}' cannot reserve the {needed}-byte slab: {available}")]
+    #[error("device '{device}' cannot reserve the slab: needs {needed} bytes, {available}")]
     OutOfMemory {
         /// Device name.
         device: String,
-        /// Bytes the plan needs.
+        /// Bytes the slab takes from the device (the plan's bytes, plus
+        /// what the device's allocator adds, such as page rounding).
         needed: usize,
         /// What the device reported as available.
         available: Available,
@@ -470,6 +471,41 @@ pub enum Error {
         reserved: u64,
     },
 
+    /// The Ascend kernel library loaded but its kernels do not run: a probe
+    /// launch reported success and changed nothing, which is what CANN's
+    /// generated launch stubs do when the library's load-time registration
+    /// failed (a library built for another SoC).
+    #[error(
+        "device '{device}': the kernel library {library} is not registered with the runtime: a probe launch of {symbol} returned success but did nothing (CANN's launch stubs print an error and return 0 when the library's load-time registration failed, usually because it was built for another SoC: built for {}, this device is {}). Rebuild it for this device: `npu-smi info` names the chip; `cmake -S kernels/ascend -B build/ascend -DSOC_VERSION=Ascend<chip> && cmake --build build/ascend`",
+        built_for.as_deref().unwrap_or("an unknown SoC"),
+        device_soc.as_deref().unwrap_or("of an unknown SoC")
+    )]
+    KernelsNotRegistered {
+        /// Device name (`ascend:0`).
+        device: String,
+        /// Path of the kernel library.
+        library: String,
+        /// The launch function the probe called.
+        symbol: String,
+        /// The SoC the library was built for, from its kernel section name
+        /// (`.ascend.kernel.<soc>.<target>`), when it has one.
+        built_for: Option<String>,
+        /// The device's SoC (`aclrtGetSocName`), when the runtime tells.
+        device_soc: Option<String>,
+    },
+
+    /// `aclrtGetMemInfo` answered free = total = 0 for the memory attribute
+    /// asked about: the device has no memory of that kind.
+    #[error(
+        "device '{device}': memory attribute not supported by this device: aclrtGetMemInfo reports free = total = 0 for {attr}; use MemAttr::Hbm on Atlas A2/A3 (910B/910C), MemAttr::Ddr on Atlas 300I/310 class devices"
+    )]
+    MemoryAttributeUnsupported {
+        /// Device name.
+        device: String,
+        /// The `aclrtMemAttr` asked about (`ACL_DDR_MEM`, ...).
+        attr: &'static str,
+    },
+
     // ---- Fragmentation diagnostics ----
     /// A caching-allocator setting (`PYTORCH_NPU_ALLOC_CONF`) that torch_npu
     /// would refuse.
@@ -536,6 +572,14 @@ pub enum Available {
     Free(usize),
     /// The device does not report free memory; the allocation itself failed.
     Unknown,
+    /// The device reported `free` bytes, of which `headroom` must stay
+    /// unreserved for the runtime's own allocations.
+    FreeWithHeadroom {
+        /// Free bytes the device reported.
+        free: usize,
+        /// Bytes left to the runtime.
+        headroom: usize,
+    },
 }
 
 impl std::fmt::Display for Available {
@@ -543,6 +587,10 @@ impl std::fmt::Display for Available {
         match self {
             Available::Free(bytes) => write!(f, "only {bytes} bytes are free"),
             Available::Unknown => f.write_str("the allocation failed (free memory unknown)"),
+            Available::FreeWithHeadroom { free, headroom } => write!(
+                f,
+                "free {free} bytes, headroom {headroom} bytes (left unreserved for the runtime's own allocations: kernel launch buffers, operator tiling and binaries; set by AscendConfig::headroom)"
+            ),
         }
     }
 }
