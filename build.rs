@@ -260,7 +260,11 @@ impl Simulation {
                 vec![src("ops_math.cpp"), src("ops_nn.cpp")],
                 vec![],
             ),
-            (&self.split, vec![src("kernel_stub.cpp")], stub("ascend910b2")),
+            (
+                &self.split,
+                vec![src("kernel_stub.cpp")],
+                stub("ascend910b2"),
+            ),
             (
                 &self.foreign,
                 vec![src("kernel_stub.cpp")],
@@ -296,7 +300,10 @@ impl Simulation {
     }
 
     fn export(&self) {
-        println!("cargo:rustc-env=TENSOR_ARENA_SIM_DIR={}", self.split.display());
+        println!(
+            "cargo:rustc-env=TENSOR_ARENA_SIM_DIR={}",
+            self.split.display()
+        );
         println!(
             "cargo:rustc-env=TENSOR_ARENA_SIM_COMBINED_DIR={}",
             self.combined.display()

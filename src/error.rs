@@ -476,9 +476,8 @@ pub enum Error {
     /// generated launch stubs do when the library's load-time registration
     /// failed (a library built for another SoC).
     #[error(
-        "device '{device}': the kernel library {library} is not registered with the runtime: a probe launch of {symbol} returned success but did nothing (CANN's launch stubs print an error and return 0 when the library's load-time registration failed, usually because it was built for another SoC: built for {}, this device is {}). Rebuild it for this device: `npu-smi info` names the chip; `cmake -S kernels/ascend -B build/ascend -DSOC_VERSION=Ascend<chip> && cmake --build build/ascend`",
-        built_for.as_deref().unwrap_or("an unknown SoC"),
-        device_soc.as_deref().unwrap_or("of an unknown SoC")
+        "device '{device}': the kernel library {library} is not registered with the runtime: a probe launch of {symbol} returned success but did nothing (CANN's launch stubs print an error and return 0 when the library's load-time registration failed; {}). Rebuild it for this device: `npu-smi info` names the chip; `cmake -S kernels/ascend -B build/ascend -DSOC_VERSION=Ascend<chip> && cmake --build build/ascend`",
+        soc_mismatch(built_for.as_deref(), device_soc.as_deref())
     )]
     KernelsNotRegistered {
         /// Device name (`ascend:0`).
@@ -486,7 +485,7 @@ pub enum Error {
         /// Path of the kernel library.
         library: String,
         /// The launch function the probe called.
-        symbol: String,
+        symbol: &'static str,
         /// The SoC the library was built for, from its kernel section name
         /// (`.ascend.kernel.<soc>.<target>`), when it has one.
         built_for: Option<String>,
@@ -563,6 +562,45 @@ pub enum Error {
         /// The accepted range.
         reason: String,
     },
+}
+
+/// Why a kernel library built for `built_for` may not have registered on a
+/// device of `device_soc`, as far as the names tell: CANN's registration
+/// compares SoC families (`AscendCheckSoCVersion`, cannmirror/asc-devkit
+/// `tools/build/asc_rt/ascendc_runtime.cpp`: Ascend910B1..B4 and the
+/// Ascend910_93 parts are one family).
+fn soc_mismatch(built_for: Option<&str>, device_soc: Option<&str>) -> String {
+    match (built_for, device_soc) {
+        (Some(b), Some(d)) if soc_family(b) != soc_family(d) => {
+            format!("it was built for {b} and this device is {d}, another SoC family")
+        }
+        (Some(b), Some(d)) => format!(
+            "it was built for {b} and this device is {d}, the same SoC family, so the cause is elsewhere: the [ERROR] line the stubs print at every launch names it"
+        ),
+        (Some(b), None) => format!(
+            "usually a SoC mismatch: it was built for {b}; the runtime does not name this device's SoC"
+        ),
+        (None, Some(d)) => format!(
+            "usually a SoC mismatch: this device is {d}; the library has no kernel section naming its SoC"
+        ),
+        (None, None) => "usually because it was built for another SoC".to_owned(),
+    }
+}
+
+/// The SoC family of a SoC name (`ascend910b2` and `Ascend910B4` are both
+/// `ascend910b`).
+fn soc_family(soc: &str) -> String {
+    let s = soc.to_ascii_lowercase();
+    [
+        ("ascend910b", "ascend910b"),
+        ("ascend910_93", "ascend910b"),
+        ("ascend310p", "ascend310p"),
+        ("ascend310b", "ascend310b"),
+        ("ascend910", "ascend910"),
+    ]
+    .iter()
+    .find(|(prefix, _)| s.starts_with(prefix))
+    .map_or(s.clone(), |(_, family)| (*family).to_owned())
 }
 
 /// How much memory a device said it had when a reservation failed.

@@ -159,7 +159,10 @@ fn kernels_match<T: Elem>() -> Result<()> {
             "seven kernels, each launched once, and the device's probe"
         );
         assert_eq!(
-            (sim().counter("launch_mallocs"), sim().counter("launch_frees")),
+            (
+                sim().counter("launch_mallocs"),
+                sim().counter("launch_frees")
+            ),
             (8, 8),
             "every launch stub allocated and freed its status buffer"
         );

@@ -42,7 +42,11 @@ fn matmul_steps(cfg: AscendConfig, steps: usize) -> Result<ExecutorStats> {
             for i in 0..m {
                 for j in 0..n {
                     let want = (0..k).fold(0.0f32, |acc, p| acc + av[i * k + p] * bv[p * n + j]);
-                    assert_eq!(out[i * n + j].to_bits(), want.to_bits(), "step {step} ({i},{j})");
+                    assert_eq!(
+                        out[i * n + j].to_bits(),
+                        want.to_bits(),
+                        "step {step} ({i},{j})"
+                    );
                 }
             }
             Ok::<_, Error>(())
@@ -102,7 +106,11 @@ fn without_a_cache_every_call_runs_both_phases_once() -> Result<()> {
     let s = sim();
     sim().reset();
     let stats = matmul_steps(sim::config().executor_cache(0), 4)?;
-    assert_eq!((stats.hits, stats.misses, stats.one_shot), (0, 0, 4), "{stats:?}");
+    assert_eq!(
+        (stats.hits, stats.misses, stats.one_shot),
+        (0, 0, 4),
+        "{stats:?}"
+    );
     assert_eq!(s.counter("aclnn_first_phase"), 5);
     assert_eq!(s.counter("aclnn_repeated_runs"), 0);
     assert_eq!(
@@ -132,7 +140,10 @@ fn an_executor_the_runtime_will_not_make_repeatable_runs_once_and_is_not_kept() 
             st.aclnn(&Op::ReluInplace { x: l.tensor() }, None)?;
             let mut back = vec![0.0f32; 16];
             l.copy_to_host(&mut back)?;
-            let want: Vec<f32> = values::<f32>(16, round).iter().map(|v| v.max(0.0)).collect();
+            let want: Vec<f32> = values::<f32>(16, round)
+                .iter()
+                .map(|v| v.max(0.0))
+                .collect();
             assert_eq!(back, want);
             Ok::<_, Error>(())
         })?;
@@ -176,7 +187,13 @@ fn a_full_cache_evicts_the_least_recently_used_and_stays_correct() -> Result<()>
     let stats = dev.executor_stats();
     // Three calls round-robin through two entries: every call misses.
     assert_eq!(
-        (stats.capacity, stats.cached, stats.misses, stats.evictions, stats.hits),
+        (
+            stats.capacity,
+            stats.cached,
+            stats.misses,
+            stats.evictions,
+            stats.hits
+        ),
         (2, 2, 12, 10, 0),
         "{stats:?}"
     );
@@ -211,7 +228,11 @@ fn the_same_shape_on_other_buffers_is_another_executor() -> Result<()> {
         })?;
     }
     let stats = dev.executor_stats();
-    assert_eq!((stats.misses, stats.hits, stats.cached), (2, 4, 2), "{stats:?}");
+    assert_eq!(
+        (stats.misses, stats.hits, stats.cached),
+        (2, 4, 2),
+        "{stats:?}"
+    );
     drop(arena);
     drop(dev);
     s.assert_clean();
@@ -238,7 +259,14 @@ fn too_little_workspace_releases_the_executor_the_documented_way() -> Result<()>
         for _ in 0..2 {
             let e = st.aclnn(&op, Some(&mut wl)).unwrap_err();
             assert!(
-                matches!(e, Error::WorkspaceTooSmall { needed: 32, reserved: 16, .. }),
+                matches!(
+                    e,
+                    Error::WorkspaceTooSmall {
+                        needed: 32,
+                        reserved: 16,
+                        ..
+                    }
+                ),
                 "{e}"
             );
         }

@@ -58,7 +58,11 @@ fn an_unknown_malloc_policy_falls_back_to_the_default() -> Result<()> {
         // HUGE_ONLY | HIGH_BAND_WIDTH, as CANN's launch stubs ask.
         assert_eq!(malloc(&mut p, 100, 1 | 0x1000), 0);
         assert_eq!(s.counter("malloc_policy_fallbacks"), 1);
-        assert_eq!(s.counter("malloc_bytes"), 160, "normal pages: 100 -> 128 + 32");
+        assert_eq!(
+            s.counter("malloc_bytes"),
+            160,
+            "normal pages: 100 -> 128 + 32"
+        );
         assert_eq!(free(p), 0);
     }
     drop(dev);
@@ -89,7 +93,10 @@ fn recent_error_messages_stack_newest_first_until_read() -> Result<()> {
     };
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
-    assert!(lines[0].contains("aclrtMemset") && lines[1].contains("aclrtFree"), "{text}");
+    assert!(
+        lines[0].contains("aclrtMemset") && lines[1].contains("aclrtFree"),
+        "{text}"
+    );
     drop(dev);
     s.assert_clean();
     Ok(())
@@ -131,18 +138,33 @@ fn executors_outside_their_lifetime_are_caught() -> Result<()> {
         let ws_fn = *nn
             .get::<ReluWs>(b"aclnnInplaceReluGetWorkspaceSize")
             .unwrap_or_else(|e| panic!("{e}"));
-        let run = *nn.get::<Run>(b"aclnnInplaceRelu").unwrap_or_else(|e| panic!("{e}"));
+        let run = *nn
+            .get::<Run>(b"aclnnInplaceRelu")
+            .unwrap_or_else(|e| panic!("{e}"));
         let mut mem = std::ptr::null_mut();
         assert_eq!(malloc(&mut mem, 64, 0), 0);
         let dims = [16i64];
-        let t = create(dims.as_ptr(), 1, 0, std::ptr::null(), 0, 2, dims.as_ptr(), 1, mem);
+        let t = create(
+            dims.as_ptr(),
+            1,
+            0,
+            std::ptr::null(),
+            0,
+            2,
+            dims.as_ptr(),
+            1,
+            mem,
+        );
         assert!(!t.is_null());
         let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
         assert_eq!(ws_fn(t, &mut ws, &mut exec), 0);
         assert_eq!(run(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()), 0);
         // The second phase freed the non-repeatable executor: a second run
         // is a use after free on a device.
-        assert_eq!(run(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()), 561_103);
+        assert_eq!(
+            run(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            561_103
+        );
         assert_eq!(s.counter("bad_executors"), 1);
         // Destroying a non-repeatable executor is outside the documentation.
         assert_eq!(ws_fn(t, &mut ws, &mut exec), 0);
@@ -181,7 +203,9 @@ fn ulps<T: Half>(a: T, b: T) -> u32 {
     a.bits().abs_diff(b.bits())
 }
 
-fn read<T: Half>(l: &tensor_arena::Lease<'_, T, tensor_arena::device::ascend::AscendDevice>) -> Result<Vec<T>> {
+fn read<T: Half>(
+    l: &tensor_arena::Lease<'_, T, tensor_arena::device::ascend::AscendDevice>,
+) -> Result<Vec<T>> {
     let mut v = vec![T::from_f32(0.0); l.len()];
     l.copy_to_host(&mut v)?;
     Ok(v)
@@ -202,12 +226,21 @@ fn half_operators<T: Half>() -> Result<()> {
     let step = p.step::<f32>("t", &[1])?;
     let ws = p.persistent::<u8>("ws", &[16 << 20])?;
     let mut arena = Arena::new(dev.clone(), p.plan()?)?;
-    let (av, bv, rv) = (values::<T>(m * k, 1), values::<T>(k * n, 2), values::<T>(k, 3));
+    let (av, bv, rv) = (
+        values::<T>(m * k, 1),
+        values::<T>(k * n, 2),
+        values::<T>(k, 3),
+    );
     let wide = |v: &[T]| v.iter().map(|x| x.wide()).collect::<Vec<f32>>();
     let (af, bf, rf) = (wide(&av), wide(&bv), wide(&rv));
     arena.step(|st| {
-        let (mut al, mut bl, cl, mut rl, ol) =
-            (st.lease(a)?, st.lease(b)?, st.lease(c)?, st.lease(row)?, st.lease(out)?);
+        let (mut al, mut bl, cl, mut rl, ol) = (
+            st.lease(a)?,
+            st.lease(b)?,
+            st.lease(c)?,
+            st.lease(row)?,
+            st.lease(out)?,
+        );
         let mut wl = st.lease(ws)?;
         al.copy_from_host(&av)?;
         bl.copy_from_host(&bv)?;
@@ -225,7 +258,11 @@ fn half_operators<T: Half>() -> Result<()> {
         for i in 0..m {
             for j in 0..n {
                 let sum = (0..k).fold(0.0f32, |acc, q| acc + af[i * k + q] * bf[q * n + j]);
-                assert_eq!(got[i * n + j].bits(), T::from_f32(sum).bits(), "Mm ({i},{j})");
+                assert_eq!(
+                    got[i * n + j].bits(),
+                    T::from_f32(sum).bits(),
+                    "Mm ({i},{j})"
+                );
             }
         }
         // out = a · row (broadcast), then relu, then a > 0 into out.
@@ -259,7 +296,11 @@ fn half_operators<T: Half>() -> Result<()> {
         )?;
         let added = read(&al)?;
         for (i, g) in added.iter().enumerate() {
-            assert_eq!(g.bits(), T::from_f32(af[i] + 0.5 * rf[i % k]).bits(), "Add {i}");
+            assert_eq!(
+                g.bits(),
+                T::from_f32(af[i] + 0.5 * rf[i % k]).bits(),
+                "Add {i}"
+            );
         }
         st.aclnn(
             &Op::GtScalar {
@@ -385,14 +426,32 @@ fn installation_codes_are_named_with_their_fix() -> Result<()> {
     let x = p.step::<f32>("x", &[8])?;
     let mut arena = Arena::new(dev.clone(), p.plan()?)?;
     for (code, name, fix) in [
-        (561_107, "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND", "ASCEND_OPP_PATH"),
-        (561_112, "ACLNN_ERR_INNER_OPP_KERNEL_PKG_NOT_FOUND", "kernel package"),
+        (
+            561_107,
+            "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND",
+            "ASCEND_OPP_PATH",
+        ),
+        (
+            561_112,
+            "ACLNN_ERR_INNER_OPP_KERNEL_PKG_NOT_FOUND",
+            "kernel package",
+        ),
     ] {
         s.fail_op(1, code);
         let e = arena
-            .step(|st| st.aclnn(&Op::ReluInplace { x: st.lease(x)?.tensor() }, None))
+            .step(|st| {
+                st.aclnn(
+                    &Op::ReluInplace {
+                        x: st.lease(x)?.tensor(),
+                    },
+                    None,
+                )
+            })
             .unwrap_err();
-        assert!(matches!(&e, Error::Acl { code: c, name: n, .. } if *c == code && *n == name), "{e}");
+        assert!(
+            matches!(&e, Error::Acl { code: c, name: n, .. } if *c == code && *n == name),
+            "{e}"
+        );
         assert!(e.to_string().contains(fix), "{e}");
     }
     drop(arena);

@@ -9,7 +9,12 @@ use crate::support::sim::{self, sim};
 use tensor_arena::device::ascend::{AscendConfig, AscendDevice, Op, TensorView};
 use tensor_arena::{Arena, DType, Error, Planner, Result};
 
-const NN_OPS: [&str; 4] = ["aclnnMm", "aclnnInplaceRelu", "aclnnSoftmax", "aclnnApplyAdamWV2"];
+const NN_OPS: [&str; 4] = [
+    "aclnnMm",
+    "aclnnInplaceRelu",
+    "aclnnSoftmax",
+    "aclnnApplyAdamWV2",
+];
 const MATH_OPS: [&str; 6] = [
     "aclnnInplaceAdd",
     "aclnnInplaceSub",
@@ -27,10 +32,7 @@ fn file_name(p: Option<&Path>) -> Option<String> {
 /// A toolkit `lib64` holding the simulated runtime and the given operator
 /// libraries (links to the simulation's files), and nothing else.
 fn toolkit(tag: &str, libs: &[(&str, PathBuf)]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "tensor-arena-libs-{tag}-{}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("tensor-arena-libs-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap_or_default();
     let base = [

@@ -20,7 +20,17 @@ fn the_crate_and_the_runtime_agree_on_what_an_allocation_takes() {
         (MallocPolicy::HugeFirstP2p, 3),
         (MallocPolicy::Huge1gOnly, 6),
     ];
-    for size in [1usize, 31, 32, 1000, 1 << 20, (1 << 20) + 1, 2 << 20, (2 << 20) - 64, 5 << 20] {
+    for size in [
+        1usize,
+        31,
+        32,
+        1000,
+        1 << 20,
+        (1 << 20) + 1,
+        2 << 20,
+        (2 << 20) - 64,
+        5 << 20,
+    ] {
         for (policy, code) in policies {
             assert_eq!(
                 footprint(size, policy) as u64,
@@ -58,7 +68,10 @@ fn a_slab_that_fits_the_free_memory_but_not_the_headroom_fails_at_startup() -> R
             needed: n,
             available: Available::FreeWithHeadroom { free, headroom },
             ..
-        } => assert_eq!((*n, *free, *headroom), (needed, 100 << 20, DEFAULT_HEADROOM)),
+        } => assert_eq!(
+            (*n, *free, *headroom),
+            (needed, 100 << 20, DEFAULT_HEADROOM)
+        ),
         other => panic!("expected OutOfMemory with the headroom, got {other:?}"),
     }
     let text = e.to_string();
@@ -100,9 +113,7 @@ fn without_headroom_a_slab_that_takes_all_free_memory_fails_mid_run() -> Result<
     let x = p.persistent::<f32>("x", &[3 << 18])?;
     let mut arena = Arena::new(dev.clone(), p.plan()?)?;
     assert_eq!(s.device_counter(id, "free"), 0);
-    let e = arena
-        .step(|st| st.lease(x)?.mul_scalar_(2.0))
-        .unwrap_err();
+    let e = arena.step(|st| st.lease(x)?.mul_scalar_(2.0)).unwrap_err();
     assert!(
         matches!(&e, Error::Acl { code: OOM, op, .. } if op.starts_with("aclrtlaunch_ta_mul_scalar")),
         "the launch stub's own buffer found no memory: {e}"
@@ -141,7 +152,11 @@ fn threads_that_set_the_same_device_share_its_memory_and_reference_count() -> Re
         seen.recv().unwrap_or_default();
         sim().reset();
         let dev = AscendDevice::new(sim::config().device(id))?;
-        assert_eq!(s.device_counter(id, "refs"), 2, "one context, counted per process");
+        assert_eq!(
+            s.device_counter(id, "refs"),
+            2,
+            "one context, counted per process"
+        );
         let (free, total) = dev.mem_info()?;
         assert_eq!(
             (total - free) as u64,
@@ -149,7 +164,11 @@ fn threads_that_set_the_same_device_share_its_memory_and_reference_count() -> Re
             "the other thread's slab is in this thread's view of the device"
         );
         assert!(total - free >= 8 << 20);
-        assert_eq!(s.counter("live_allocations"), 0, "none of them this thread's");
+        assert_eq!(
+            s.counter("live_allocations"),
+            0,
+            "none of them this thread's"
+        );
         freed.send(()).unwrap_or_default();
         holder
             .join()
@@ -169,7 +188,13 @@ fn a_memory_attribute_the_device_lacks_is_named_not_called_out_of_memory() -> Re
     let dev = crate::open(sim::config().mem_attr(MemAttr::Ddr));
     let e = dev.mem_info().unwrap_err();
     assert!(
-        matches!(&e, Error::MemoryAttributeUnsupported { attr: "ACL_DDR_MEM", .. }),
+        matches!(
+            &e,
+            Error::MemoryAttributeUnsupported {
+                attr: "ACL_DDR_MEM",
+                ..
+            }
+        ),
         "{e}"
     );
     let e = Arena::new(dev.clone(), plan_of(4096)?).unwrap_err();

@@ -152,7 +152,9 @@ pub fn footprint(size: usize, policy: MallocPolicy) -> usize {
     let padded = aligned.saturating_add(32);
     let pages = |bytes: usize, page: usize| bytes.div_ceil(page).saturating_mul(page);
     match policy {
-        MallocPolicy::HugeFirst | MallocPolicy::HugeFirstP2p if size > MIB => pages(padded, 2 * MIB),
+        MallocPolicy::HugeFirst | MallocPolicy::HugeFirstP2p if size > MIB => {
+            pages(padded, 2 * MIB)
+        }
         MallocPolicy::HugeFirst | MallocPolicy::HugeFirstP2p => padded,
         MallocPolicy::HugeOnly | MallocPolicy::HugeOnlyP2p => pages(padded, 2 * MIB),
         MallocPolicy::NormalOnly | MallocPolicy::NormalOnlyP2p => padded,
@@ -174,7 +176,8 @@ fn parse_bytes(what: &'static str, text: &str) -> Result<usize> {
         .ok_or_else(|| Error::InvalidArgument {
             what,
             value: text.to_owned(),
-            reason: "a byte count: digits, optionally followed by KiB, MiB or GiB (64MiB)".to_owned(),
+            reason: "a byte count: digits, optionally followed by KiB, MiB or GiB (64MiB)"
+                .to_owned(),
         })
 }
 
@@ -410,11 +413,16 @@ mod tests {
     #[test]
     fn footprints_follow_the_page_rules() {
         use MallocPolicy::*;
-        assert_eq!(footprint(1 << 20, HugeFirst), (1 << 20) + 32, "1 MiB stays on normal pages");
+        assert_eq!(
+            footprint(1 << 20, HugeFirst),
+            (1 << 20) + 32,
+            "1 MiB stays on normal pages"
+        );
         assert_eq!(footprint((1 << 20) + 1, HugeFirst), 2 << 20);
         assert_eq!(footprint(8, HugeOnly), 2 << 20);
         assert_eq!(footprint((2 << 20) - 64, HugeOnly), 2 << 20);
-        assert_eq!(footprint((2 << 20) - 63, HugeOnly), 4 << 20);
+        assert_eq!(footprint((2 << 20) - 32, HugeOnly), 2 << 20);
+        assert_eq!(footprint((2 << 20) - 31, HugeOnly), 4 << 20);
         assert_eq!(footprint((1 << 30) + 1, Huge1gOnlyP2p), 2 << 30);
         assert_eq!(footprint(0, NormalOnly), 32);
     }

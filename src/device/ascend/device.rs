@@ -32,6 +32,8 @@ const FALLBACK_BLOCKS: u32 = 8;
 const PROBE_ELEMENTS: usize = 64;
 /// The smallest allocation a slab makes, so the probe has room.
 const PROBE_BYTES: usize = PROBE_ELEMENTS * 4;
+/// The launch function the probe calls (`mul_scalar_` on f32).
+const PROBE_SYMBOL: &str = "aclrtlaunch_ta_mul_scalar_f32";
 
 /// An Ascend NPU reached through the ACL runtime, loaded at run time.
 ///
@@ -379,7 +381,7 @@ impl AscendDevice {
             return Err(Error::KernelsNotRegistered {
                 device: self.inner.name.clone(),
                 library: lib.path.display().to_string(),
-                symbol,
+                symbol: PROBE_SYMBOL,
                 built_for: kernel_soc::built_for(&lib.path),
                 device_soc: self.inner.runtime.soc_name(),
             });

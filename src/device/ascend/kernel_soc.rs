@@ -27,7 +27,9 @@ fn soc_of(section: &str) -> Option<&str> {
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<usize> {
-    Some(usize::from(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?)))
+    Some(usize::from(u16::from_le_bytes(
+        b.get(at..at + 2)?.try_into().ok()?,
+    )))
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<usize> {
@@ -71,8 +73,14 @@ mod tests {
 
     #[test]
     fn section_names_give_the_soc() {
-        assert_eq!(soc_of(".ascend.kernel.ascend910b2.kernels"), Some("ascend910b2"));
-        assert_eq!(soc_of(".ascend.kernel.ascend910_9391.ta"), Some("ascend910_9391"));
+        assert_eq!(
+            soc_of(".ascend.kernel.ascend910b2.kernels"),
+            Some("ascend910b2")
+        );
+        assert_eq!(
+            soc_of(".ascend.kernel.ascend910_9391.ta"),
+            Some("ascend910_9391")
+        );
         assert_eq!(soc_of(".ascend.kernel.ascend910b2"), None);
         assert_eq!(soc_of(".text"), None);
     }
@@ -90,7 +98,11 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[cfg(all(target_os = "linux", target_endian = "little", target_pointer_width = "64"))]
+    #[cfg(all(
+        target_os = "linux",
+        target_endian = "little",
+        target_pointer_width = "64"
+    ))]
     #[test]
     fn a_real_elf_file_lists_its_sections() {
         // This test binary is itself an ELF file with a `.text` section.

@@ -251,11 +251,13 @@ mod tests {
                 format!("{root}/lib64/libascendcl.so").into()
             )));
         }
-        let cann = c
-            .iter()
-            .position(|x| *x == Candidate::Path("/usr/local/Ascend/cann/lib64/libascendcl.so".into()));
+        let cann = c.iter().position(|x| {
+            *x == Candidate::Path("/usr/local/Ascend/cann/lib64/libascendcl.so".into())
+        });
         let legacy = c.iter().position(|x| {
-            *x == Candidate::Path("/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so".into())
+            *x == Candidate::Path(
+                "/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so".into(),
+            )
         });
         assert!(cann < legacy, "the current install path first");
         assert_eq!(

@@ -227,7 +227,9 @@ pub unsafe fn finalize(rt: &RuntimeFns) -> Result<(), Failure> {
     match rt.finalize_reference {
         // SAFETY: a null count is allowed (the header says so); the caller
         // guarantees nothing of its reference is used after.
-        Some(f) => check(rt, "aclFinalizeReference", unsafe { f(std::ptr::null_mut()) }),
+        Some(f) => check(rt, "aclFinalizeReference", unsafe {
+            f(std::ptr::null_mut())
+        }),
         // SAFETY: no arguments; the caller guarantees nothing uses ACL after.
         None => check(rt, "aclFinalize", unsafe { (rt.finalize)() }),
     }

@@ -199,7 +199,8 @@ fn load_nn(
     {
         match open(name) {
             Ok(l) => {
-                nn.searched.push(format!("{} ({} operators)", l.path.display(), repo.name()));
+                nn.searched
+                    .push(format!("{} ({} operators)", l.path.display(), repo.name()));
                 nn.libraries.push(l.path.clone());
                 repo_index[slot] = Some(libs.len());
                 libs.push(l);

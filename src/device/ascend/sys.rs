@@ -507,7 +507,11 @@ impl NnFns {
     ///
     /// # Safety
     /// As for [`RuntimeFns::resolve`], for the aclnn libraries.
-    pub unsafe fn resolve_missing(&mut self, libs: &[&Loaded], candidates: &dyn Fn(OpRepo) -> Vec<usize>) {
+    pub unsafe fn resolve_missing(
+        &mut self,
+        libs: &[&Loaded],
+        candidates: &dyn Fn(OpRepo) -> Vec<usize>,
+    ) {
         let (nn, math) = (candidates(OpRepo::Nn), candidates(OpRepo::Math));
         // SAFETY: for every call below, the alias types are the header
         // types of these symbols; the caller keeps `libs` loaded.
@@ -516,32 +520,66 @@ impl NnFns {
                 self.mm = pair(libs, &nn, "aclnnMmGetWorkspaceSize", "aclnnMm");
             }
             if self.inplace_add.is_none() {
-                self.inplace_add = pair(libs, &math, "aclnnInplaceAddGetWorkspaceSize", "aclnnInplaceAdd");
+                self.inplace_add = pair(
+                    libs,
+                    &math,
+                    "aclnnInplaceAddGetWorkspaceSize",
+                    "aclnnInplaceAdd",
+                );
             }
             if self.inplace_sub.is_none() {
-                self.inplace_sub = pair(libs, &math, "aclnnInplaceSubGetWorkspaceSize", "aclnnInplaceSub");
+                self.inplace_sub = pair(
+                    libs,
+                    &math,
+                    "aclnnInplaceSubGetWorkspaceSize",
+                    "aclnnInplaceSub",
+                );
             }
             if self.inplace_mul.is_none() {
-                self.inplace_mul = pair(libs, &math, "aclnnInplaceMulGetWorkspaceSize", "aclnnInplaceMul");
+                self.inplace_mul = pair(
+                    libs,
+                    &math,
+                    "aclnnInplaceMulGetWorkspaceSize",
+                    "aclnnInplaceMul",
+                );
             }
             if self.mul.is_none() {
                 self.mul = pair(libs, &math, "aclnnMulGetWorkspaceSize", "aclnnMul");
             }
             if self.inplace_relu.is_none() {
-                self.inplace_relu = pair(libs, &nn, "aclnnInplaceReluGetWorkspaceSize", "aclnnInplaceRelu");
+                self.inplace_relu = pair(
+                    libs,
+                    &nn,
+                    "aclnnInplaceReluGetWorkspaceSize",
+                    "aclnnInplaceRelu",
+                );
             }
             if self.gt_scalar.is_none() {
-                self.gt_scalar = pair(libs, &math, "aclnnGtScalarGetWorkspaceSize", "aclnnGtScalar");
+                self.gt_scalar = pair(
+                    libs,
+                    &math,
+                    "aclnnGtScalarGetWorkspaceSize",
+                    "aclnnGtScalar",
+                );
             }
             if self.reduce_sum.is_none() {
-                self.reduce_sum = pair(libs, &math, "aclnnReduceSumGetWorkspaceSize", "aclnnReduceSum");
+                self.reduce_sum = pair(
+                    libs,
+                    &math,
+                    "aclnnReduceSumGetWorkspaceSize",
+                    "aclnnReduceSum",
+                );
             }
             if self.softmax.is_none() {
                 self.softmax = pair(libs, &nn, "aclnnSoftmaxGetWorkspaceSize", "aclnnSoftmax");
             }
             if self.apply_adam_w.is_none() {
-                self.apply_adam_w =
-                    pair(libs, &nn, "aclnnApplyAdamWV2GetWorkspaceSize", "aclnnApplyAdamWV2");
+                self.apply_adam_w = pair(
+                    libs,
+                    &nn,
+                    "aclnnApplyAdamWV2GetWorkspaceSize",
+                    "aclnnApplyAdamWV2",
+                );
             }
         }
     }

@@ -176,10 +176,13 @@ impl<T> Lru<T> {
     pub(crate) fn get(&mut self, key: &OpKey) -> Option<&mut T> {
         self.tick += 1;
         let tick = self.tick;
-        self.slots.iter_mut().find(|(k, _, _)| k == key).map(|(_, v, t)| {
-            *t = tick;
-            v
-        })
+        self.slots
+            .iter_mut()
+            .find(|(k, _, _)| k == key)
+            .map(|(_, v, t)| {
+                *t = tick;
+                v
+            })
     }
 
     /// Inserts `value` for `key` (absent), returning the least recently
@@ -243,8 +246,14 @@ mod tests {
             alpha,
         };
         assert!(OpKey::new(&add(1.0), 0).unwrap() != OpKey::new(&add(2.0), 0).unwrap());
-        let t = TensorView::detached(DType::F32, &[4, 3]).unwrap().t().unwrap();
-        assert!(a != OpKey::new(&Op::ReluInplace { x: t }, 0).unwrap(), "strides count");
+        let t = TensorView::detached(DType::F32, &[4, 3])
+            .unwrap()
+            .t()
+            .unwrap();
+        assert!(
+            a != OpKey::new(&Op::ReluInplace { x: t }, 0).unwrap(),
+            "strides count"
+        );
         let many = [0i64; 200];
         let sum = Op::ReduceSum {
             x: v,
@@ -252,12 +261,17 @@ mod tests {
             keep_dims: false,
             out: v,
         };
-        assert!(OpKey::new(&sum, 0).is_none(), "too long for a key: never cached");
+        assert!(
+            OpKey::new(&sum, 0).is_none(),
+            "too long for a key: never cached"
+        );
     }
 
     #[test]
     fn the_table_keeps_the_most_recently_used() {
-        let keys: Vec<OpKey> = (1..=4).map(|n| OpKey::new(&relu(&[n]), 0).unwrap()).collect();
+        let keys: Vec<OpKey> = (1..=4)
+            .map(|n| OpKey::new(&relu(&[n]), 0).unwrap())
+            .collect();
         let mut lru = Lru::new(3);
         for (i, k) in keys.iter().take(3).enumerate() {
             assert!(lru.insert(k.clone(), i).is_none());
@@ -272,6 +286,10 @@ mod tests {
         rest.sort();
         assert_eq!(rest, [2, 3]);
         let mut none = Lru::new(0);
-        assert_eq!(none.insert(keys[0].clone(), 7), Some(7), "a zero-size table keeps nothing");
+        assert_eq!(
+            none.insert(keys[0].clone(), 7),
+            Some(7),
+            "a zero-size table keeps nothing"
+        );
     }
 }

@@ -339,7 +339,8 @@ impl AscendDevice {
                 (unsafe { f(x, other, alpha, &mut ws, &mut exec) }, run)
             }
             Op::MulInplace { x, other } => {
-                let OpEntry { ws: f, run, .. } = nn.inplace_mul.ok_or_else(|| Self::missing(nn, name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.inplace_mul.ok_or_else(|| Self::missing(nn, name))?;
                 let (x, other) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &other, base)?,
@@ -358,13 +359,15 @@ impl AscendDevice {
                 (unsafe { f(a, b, out, &mut ws, &mut exec) }, run)
             }
             Op::ReluInplace { x } => {
-                let OpEntry { ws: f, run, .. } = nn.inplace_relu.ok_or_else(|| Self::missing(nn, name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.inplace_relu.ok_or_else(|| Self::missing(nn, name))?;
                 let x = self.make_tensor(objs, 0, &x, base)?;
                 // SAFETY: header type; live operands; valid out pointers (see above).
                 (unsafe { f(x, &mut ws, &mut exec) }, run)
             }
             Op::GtScalar { x, value, out } => {
-                let OpEntry { ws: f, run, .. } = nn.gt_scalar.ok_or_else(|| Self::missing(nn, name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.gt_scalar.ok_or_else(|| Self::missing(nn, name))?;
                 let (x, out) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &out, base)?,
@@ -379,7 +382,8 @@ impl AscendDevice {
                 keep_dims,
                 out,
             } => {
-                let OpEntry { ws: f, run, .. } = nn.reduce_sum.ok_or_else(|| Self::missing(nn, name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.reduce_sum.ok_or_else(|| Self::missing(nn, name))?;
                 let (xt, ot) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &out, base)?,
@@ -402,7 +406,8 @@ impl AscendDevice {
                 )
             }
             Op::Softmax { x, dim, out } => {
-                let OpEntry { ws: f, run, .. } = nn.softmax.ok_or_else(|| Self::missing(nn, name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.softmax.ok_or_else(|| Self::missing(nn, name))?;
                 let (x, out) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &out, base)?,
@@ -422,7 +427,8 @@ impl AscendDevice {
                 weight_decay,
                 eps,
             } => {
-                let OpEntry { ws: f, run, .. } = nn.apply_adam_w.ok_or_else(|| Self::missing(nn, name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.apply_adam_w.ok_or_else(|| Self::missing(nn, name))?;
                 let var = self.make_tensor(objs, 0, &var, base)?;
                 let m = self.make_tensor(objs, 1, &m, base)?;
                 let v = self.make_tensor(objs, 2, &v, base)?;
@@ -487,7 +493,9 @@ impl AscendDevice {
         if executor.is_null() {
             return;
         }
-        let destroy = nn.destroy_executor.filter(|_| repeatable || self.make_repeatable(nn, executor));
+        let destroy = nn
+            .destroy_executor
+            .filter(|_| repeatable || self.make_repeatable(nn, executor));
         match destroy {
             Some(destroy) => {
                 // SAFETY: the executor is repeatable, so the caller's, and
@@ -546,7 +554,13 @@ impl AscendDevice {
         let rt = self.runtime_ref().rt();
         let execs = self.executors();
         let (ws_ptr, reserved) = workspace.unwrap_or((std::ptr::null_mut(), 0));
-        let ws_for = |needed: u64| if needed == 0 { std::ptr::null_mut() } else { ws_ptr };
+        let ws_for = |needed: u64| {
+            if needed == 0 {
+                std::ptr::null_mut()
+            } else {
+                ws_ptr
+            }
+        };
         let too_small = |needed: u64| Error::WorkspaceTooSmall {
             op: op.name(),
             needed,
@@ -572,7 +586,12 @@ impl AscendDevice {
                 // `entry.workspace` bytes of a leased buffer (or null when
                 // none is needed); the stream is this device's.
                 let status = unsafe {
-                    (entry.run)(ws_for(entry.workspace), entry.workspace, entry.executor, self.stream())
+                    (entry.run)(
+                        ws_for(entry.workspace),
+                        entry.workspace,
+                        entry.executor,
+                        self.stream(),
+                    )
                 };
                 execs.bump(|s| s.hits += 1);
                 if let Err(f) = result::check_nn(rt, op.name(), "", status) {
@@ -598,7 +617,14 @@ impl AscendDevice {
         // the workspace is `first.workspace` bytes of a leased buffer (or
         // null when none is needed); the stream is this device's. A
         // non-repeatable executor is consumed by this call.
-        let status = unsafe { (first.run)(ws_for(first.workspace), first.workspace, first.executor, self.stream()) };
+        let status = unsafe {
+            (first.run)(
+                ws_for(first.workspace),
+                first.workspace,
+                first.executor,
+                self.stream(),
+            )
+        };
         let checked = result::check_nn(rt, op.name(), "", status).map_err(|f| self.fail(f));
         let Some(key) = key.filter(|_| repeatable) else {
             execs.bump(|s| s.one_shot += 1);
