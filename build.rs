@@ -285,7 +285,7 @@ impl Simulation {
                 let out = dir.join(name);
                 let mut cmd = shared_library(compiler, &self.kernels, srcs, &out);
                 cmd.args(defines);
-                against_runtime(&mut cmd, &self.split);
+                against_runtime(&mut cmd);
                 let child = cmd.spawn();
                 (out, child)
             })
@@ -325,15 +325,23 @@ fn soname(cmd: &mut Command, name: &str) {
     }
 }
 
-/// Links the library `cmd` builds against the simulated runtime in
-/// `runtime_dir`, found at run time next to itself (each layout's
-/// directory holds `libascendcl.so`).
-fn against_runtime(cmd: &mut Command, runtime_dir: &Path) {
-    cmd.arg(runtime_dir.join("libascendcl.so"));
+/// Lets the library `cmd` builds call the simulated runtime: its `tasim`
+/// and `acl*` symbols stay undefined and resolve, when first called,
+/// through the process's global scope, where the backend loads the runtime
+/// (`RTLD_GLOBAL`) before any operator or kernel library, as the shim's
+/// launch hook does. (A `DT_NEEDED` link to it would make every later
+/// `dlopen` of an operator library grow the runtime's scope array, which
+/// glibc does not free and valgrind reports as a leak.)
+///
+/// For the same reason they take libstdc++ in statically: it is not in the
+/// test programs' initial load, so each library depending on it would grow
+/// its scope array too. (Their C++ runtime calls still bind to the shared
+/// libstdc++ the runtime library brought into the global scope.)
+fn against_runtime(cmd: &mut Command) {
     if cfg!(target_os = "macos") {
-        cmd.arg("-Wl,-rpath,@loader_path");
+        cmd.args(["-undefined", "dynamic_lookup"]);
     } else {
-        cmd.arg("-Wl,-rpath,$ORIGIN");
+        cmd.arg("-static-libstdc++");
     }
 }
 
