@@ -58,11 +58,13 @@ const PROBE_SYMBOL: &str = "aclrtlaunch_ta_mul_scalar_f32";
 /// [`aclnn`](super::aclnn)), whose executors are made repeatable and reused
 /// for calls seen before ([`AscendConfig::executor_cache`]).
 ///
-/// The device is bound to the thread that opened it (ACL contexts are per
-/// thread), so it is neither `Send` nor `Sync`. Cloning is cheap and
-/// shares the stream and counters. Dropping the last clone (after the
-/// slab) destroys the stream and resets the device; `aclFinalize` is left
-/// to [`AscendRuntime::finalize`].
+/// The device is bound to the thread that opened it (ACL's current device
+/// is per thread, though threads that set the same device share its
+/// default context and memory), so it is neither `Send` nor `Sync`.
+/// Cloning is cheap and shares the stream, executors and counters.
+/// Dropping the last clone (after the slab) destroys the cached executors
+/// and the stream and resets the device; finalising is left to
+/// [`AscendRuntime::finalize`].
 ///
 /// Its slab is device memory, so leases on it have no host slices (it is
 /// not [`HostAccessible`](crate::HostAccessible)); copies and kernels are
