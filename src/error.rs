@@ -392,11 +392,12 @@ pub enum Error {
 
     // ---- Devices (host and Ascend) ----
     /// The device cannot provide the slab.
-    #[error("device '{device}' cannot reserve the {needed}-byte slab: {available}")]
+    #[error("device '{device}' cannot reserve the slab: needs {needed} bytes, {available}")]
     OutOfMemory {
         /// Device name.
         device: String,
-        /// Bytes the plan needs.
+        /// Bytes the slab takes from the device (the plan's bytes, plus
+        /// what the device's allocator adds, such as page rounding).
         needed: usize,
         /// What the device reported as available.
         available: Available,
@@ -470,6 +471,40 @@ pub enum Error {
         reserved: u64,
     },
 
+    /// The Ascend kernel library loaded but its kernels do not run: a probe
+    /// launch reported success and changed nothing, which is what CANN's
+    /// generated launch stubs do when the library's load-time registration
+    /// failed (a library built for another SoC).
+    #[error(
+        "device '{device}': the kernel library {library} is not registered with the runtime: a probe launch of {symbol} returned success but did nothing (CANN's launch stubs print an error and return 0 when the library's load-time registration failed; {}). Rebuild it for this device: `npu-smi info` names the chip; `cmake -S kernels/ascend -B build/ascend -DSOC_VERSION=Ascend<chip> && cmake --build build/ascend`",
+        soc_mismatch(built_for.as_deref(), device_soc.as_deref())
+    )]
+    KernelsNotRegistered {
+        /// Device name (`ascend:0`).
+        device: String,
+        /// Path of the kernel library.
+        library: String,
+        /// The launch function the probe called.
+        symbol: &'static str,
+        /// The SoC the library was built for, from its kernel section name
+        /// (`.ascend.kernel.<soc>.<target>`), when it has one.
+        built_for: Option<String>,
+        /// The device's SoC (`aclrtGetSocName`), when the runtime tells.
+        device_soc: Option<String>,
+    },
+
+    /// `aclrtGetMemInfo` answered free = total = 0 for the memory attribute
+    /// asked about: the device has no memory of that kind.
+    #[error(
+        "device '{device}': memory attribute not supported by this device: aclrtGetMemInfo reports free = total = 0 for {attr}; use MemAttr::Hbm on Atlas A2/A3 (910B/910C), MemAttr::Ddr on Atlas 300I/310 class devices"
+    )]
+    MemoryAttributeUnsupported {
+        /// Device name.
+        device: String,
+        /// The `aclrtMemAttr` asked about (`ACL_DDR_MEM`, ...).
+        attr: &'static str,
+    },
+
     // ---- Fragmentation diagnostics ----
     /// A caching-allocator setting (`PYTORCH_NPU_ALLOC_CONF`) that torch_npu
     /// would refuse.
@@ -529,6 +564,45 @@ pub enum Error {
     },
 }
 
+/// Why a kernel library built for `built_for` may not have registered on a
+/// device of `device_soc`, as far as the names tell: CANN's registration
+/// compares SoC families (`AscendCheckSoCVersion`, cannmirror/asc-devkit
+/// `tools/build/asc_rt/ascendc_runtime.cpp`: Ascend910B1..B4 and the
+/// Ascend910_93 parts are one family).
+fn soc_mismatch(built_for: Option<&str>, device_soc: Option<&str>) -> String {
+    match (built_for, device_soc) {
+        (Some(b), Some(d)) if soc_family(b) != soc_family(d) => {
+            format!("it was built for {b} and this device is {d}, another SoC family")
+        }
+        (Some(b), Some(d)) => format!(
+            "it was built for {b} and this device is {d}, the same SoC family, so the cause is elsewhere: the [ERROR] line the stubs print at every launch names it"
+        ),
+        (Some(b), None) => format!(
+            "usually a SoC mismatch: it was built for {b}; the runtime does not name this device's SoC"
+        ),
+        (None, Some(d)) => format!(
+            "usually a SoC mismatch: this device is {d}; the library has no kernel section naming its SoC"
+        ),
+        (None, None) => "usually because it was built for another SoC".to_owned(),
+    }
+}
+
+/// The SoC family of a SoC name (`ascend910b2` and `Ascend910B4` are both
+/// `ascend910b`).
+fn soc_family(soc: &str) -> String {
+    let s = soc.to_ascii_lowercase();
+    [
+        ("ascend910b", "ascend910b"),
+        ("ascend910_93", "ascend910b"),
+        ("ascend310p", "ascend310p"),
+        ("ascend310b", "ascend310b"),
+        ("ascend910", "ascend910"),
+    ]
+    .iter()
+    .find(|(prefix, _)| s.starts_with(prefix))
+    .map_or(s.clone(), |(_, family)| (*family).to_owned())
+}
+
 /// How much memory a device said it had when a reservation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Available {
@@ -536,6 +610,14 @@ pub enum Available {
     Free(usize),
     /// The device does not report free memory; the allocation itself failed.
     Unknown,
+    /// The device reported `free` bytes, of which `headroom` must stay
+    /// unreserved for the runtime's own allocations.
+    FreeWithHeadroom {
+        /// Free bytes the device reported.
+        free: usize,
+        /// Bytes left to the runtime.
+        headroom: usize,
+    },
 }
 
 impl std::fmt::Display for Available {
@@ -543,6 +625,10 @@ impl std::fmt::Display for Available {
         match self {
             Available::Free(bytes) => write!(f, "only {bytes} bytes are free"),
             Available::Unknown => f.write_str("the allocation failed (free memory unknown)"),
+            Available::FreeWithHeadroom { free, headroom } => write!(
+                f,
+                "free {free} bytes, headroom {headroom} bytes (left unreserved for the runtime's own allocations: kernel launch buffers, operator tiling and binaries; set by AscendConfig::headroom)"
+            ),
         }
     }
 }

@@ -29,9 +29,11 @@ impl Step<'_, AscendDevice> {
     /// of this step's leases, with `workspace` (a leased `u8` buffer the
     /// plan sized with [`AscendDevice::workspace_size`]) when the operator
     /// asks for one. Asynchronous like a kernel launch: copies to the host
-    /// wait for it. Allocates nothing on the device: an operator that
-    /// needs more workspace than the lease holds fails with
-    /// [`Error::WorkspaceTooSmall`].
+    /// wait for it. The crate allocates nothing on the device for it: an
+    /// operator that needs more workspace than the lease holds fails with
+    /// [`Error::WorkspaceTooSmall`] (what the runtime allocates for itself,
+    /// such as tiling data, comes out of the device's headroom). A call seen
+    /// before runs its cached, repeatable executor (second phase only).
     pub fn aclnn(
         &self,
         op: &Op<'_>,

@@ -1,16 +1,31 @@
 //! The two-phase aclnn call: `aclnnXxxGetWorkspaceSize` builds an executor
 //! from host objects (`aclTensor`, `aclScalar`, `aclIntArray`), then
-//! `aclnnXxx` runs it on the stream with the workspace.
+//! `aclnnXxx` runs it on the stream with the workspace; and executor reuse.
+//!
+//! The documented lifetime (hicann/opbase
+//! `docs/en/api/nnopbase/aclnn/aclSetAclOpExecutorRepeatable.md`,
+//! `aclDestroyAclOpExecutor.md`): the second phase frees a non-repeatable
+//! executor, so it runs once and is never destroyed by the caller;
+//! `aclSetAclOpExecutorRepeatable`, right after the first phase, hands the
+//! executor to the caller, who may run it again and destroys it with
+//! `aclDestroyAclOpExecutor`. So an executor whose second phase will not run
+//! (a workspace query, a workspace too small) is made repeatable and then
+//! destroyed; cached executors are repeatable, run every step, and are
+//! destroyed when evicted or when the device closes, after the stream has
+//! drained (their work may still be queued).
 
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, c_void};
 
+use super::cache::{ExecutorStats, Lru, OpKey};
 use super::op::Op;
 use super::view::TensorView;
 use crate::device::ascend::AscendDevice;
 use crate::device::ascend::result;
 use crate::device::ascend::sys::{
     ACL_BF16, ACL_FLOAT, ACL_FLOAT16, ACL_FORMAT_ND, ACL_INT32, ACL_UINT8, AclIntArray,
-    AclOpExecutor, AclScalar, AclTensor, AclnnStatus, NnFns, RunFn,
+    AclOpExecutor, AclScalar, AclTensor, AclnnStatus, AclrtStream, NnFns, OpEntry, RunFn,
+    RuntimeFns, repo_of,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -49,6 +64,113 @@ struct Objects {
     array: Option<Handle<AclIntArray>>,
 }
 
+impl Objects {
+    fn new(nn: &'static NnFns) -> Objects {
+        Objects {
+            nn,
+            tensors: Default::default(),
+            scalar: None,
+            array: None,
+        }
+    }
+}
+
+/// A repeatable executor and the host objects it was made from, destroyed
+/// together (the executor first) when dropped.
+struct Entry {
+    executor: *mut AclOpExecutor,
+    run: RunFn,
+    workspace: u64,
+    objs: Objects,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if let Some(destroy) = self.objs.nn.destroy_executor {
+            // SAFETY: the executor was made repeatable, so it is the
+            // caller's to destroy, once, here; no queued work uses it (the
+            // stream drained before entries are dropped, see `Executors`).
+            let _ = unsafe { destroy(self.executor) };
+        }
+    }
+}
+
+/// A device's repeatable executors: a bounded cache, and entries retired
+/// from it (evicted, or failed) whose queued work may not have run yet,
+/// destroyed at the device's next stream synchronisation.
+pub(crate) struct Executors {
+    cache: RefCell<Lru<Entry>>,
+    retired: RefCell<Vec<Entry>>,
+    stats: Cell<ExecutorStats>,
+    rt: &'static RuntimeFns,
+    stream: AclrtStream,
+}
+
+/// Retired entries kept before a synchronisation is forced.
+const RETIRED: usize = 16;
+
+impl Executors {
+    /// An empty cache of `capacity` entries for executors run on `stream`.
+    pub(crate) fn new(capacity: usize, rt: &'static RuntimeFns, stream: AclrtStream) -> Executors {
+        Executors {
+            cache: RefCell::new(Lru::new(capacity)),
+            retired: RefCell::new(Vec::with_capacity(RETIRED)),
+            stats: Cell::new(ExecutorStats {
+                capacity,
+                ..ExecutorStats::default()
+            }),
+            rt,
+            stream,
+        }
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut ExecutorStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// The counts so far.
+    pub(crate) fn stats(&self) -> ExecutorStats {
+        let mut s = self.stats.get();
+        s.cached = self.cache.borrow().len();
+        s
+    }
+
+    /// Destroys the retired entries: call right after the stream drained.
+    pub(crate) fn drained(&self) {
+        self.retired.borrow_mut().clear();
+    }
+
+    /// Retires `entry`; synchronises first when the retired list is full.
+    fn retire(&self, entry: Entry) -> std::result::Result<(), result::Failure> {
+        let full = self.retired.borrow().len() >= RETIRED;
+        if full {
+            // SAFETY: the stream is the device's, live while it is.
+            unsafe { result::synchronize(self.rt, self.stream) }?;
+            self.drained();
+        }
+        self.retired.borrow_mut().push(entry);
+        Ok(())
+    }
+}
+
+impl Drop for Executors {
+    fn drop(&mut self) {
+        let cached = self.cache.get_mut().clear();
+        if cached.is_empty() && self.retired.get_mut().is_empty() {
+            return;
+        }
+        // SAFETY: the stream is still live (the device's stream is dropped
+        // after its executors); draining it first means no queued work
+        // uses the executors destroyed below. A failure cannot be reported
+        // from a destructor.
+        let _ = unsafe { result::synchronize(self.rt, self.stream) };
+        drop(cached);
+        self.retired.get_mut().clear();
+    }
+}
+
 /// The first phase's result.
 struct FirstPhase {
     workspace: u64,
@@ -61,12 +183,32 @@ impl AscendDevice {
         self.runtime_ref().nn()
     }
 
-    fn missing(op: &'static str) -> Error {
+    fn missing(nn: &NnFns, op: &'static str) -> Error {
+        let (repo, lib) = match repo_of(op) {
+            Some(r) => (
+                r.name(),
+                if r == crate::device::ascend::sys::OpRepo::Nn {
+                    "libopapi_nn.so"
+                } else {
+                    "libopapi_math.so"
+                },
+            ),
+            None => ("an unknown", "its repository's library"),
+        };
         Error::MissingSymbol {
-            library: "the aclnn libraries (libopapi.so, libnnopbase.so)".to_owned(),
-            symbol: op.to_owned(),
-            message: "not exported".to_owned(),
-            hint: "the operator needs a newer CANN toolkit (8.x)".to_owned(),
+            library: format!(
+                "the aclnn operator libraries searched: {}",
+                if nn.searched.is_empty() {
+                    "none".to_owned()
+                } else {
+                    nn.searched.join("; ")
+                }
+            ),
+            symbol: format!("{op}GetWorkspaceSize and {op}"),
+            message: "no library searched exports both phases".to_owned(),
+            hint: format!(
+                "{op} is an {repo} operator: CANN ships it in {lib} (and in libopapi.so, which CANN is retiring); install the operator packages of a CANN 8.x toolkit and load its set_env.sh"
+            ),
         }
     }
 
@@ -172,7 +314,7 @@ impl AscendDevice {
         // out pointers.
         let (status, run) = match *op {
             Op::Mm { a, b, out } => {
-                let (f, run) = nn.mm.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } = nn.mm.ok_or_else(|| Self::missing(nn, name))?;
                 let (a, b, out) = (
                     self.make_tensor(objs, 0, &a, base)?,
                     self.make_tensor(objs, 1, &b, base)?,
@@ -187,7 +329,7 @@ impl AscendDevice {
                 } else {
                     nn.inplace_sub
                 };
-                let (f, run) = pair.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } = pair.ok_or_else(|| Self::missing(nn, name))?;
                 let (x, other) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &other, base)?,
@@ -197,7 +339,8 @@ impl AscendDevice {
                 (unsafe { f(x, other, alpha, &mut ws, &mut exec) }, run)
             }
             Op::MulInplace { x, other } => {
-                let (f, run) = nn.inplace_mul.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.inplace_mul.ok_or_else(|| Self::missing(nn, name))?;
                 let (x, other) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &other, base)?,
@@ -206,7 +349,7 @@ impl AscendDevice {
                 (unsafe { f(x, other, &mut ws, &mut exec) }, run)
             }
             Op::Mul { a, b, out } => {
-                let (f, run) = nn.mul.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } = nn.mul.ok_or_else(|| Self::missing(nn, name))?;
                 let (a, b, out) = (
                     self.make_tensor(objs, 0, &a, base)?,
                     self.make_tensor(objs, 1, &b, base)?,
@@ -216,13 +359,15 @@ impl AscendDevice {
                 (unsafe { f(a, b, out, &mut ws, &mut exec) }, run)
             }
             Op::ReluInplace { x } => {
-                let (f, run) = nn.inplace_relu.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.inplace_relu.ok_or_else(|| Self::missing(nn, name))?;
                 let x = self.make_tensor(objs, 0, &x, base)?;
                 // SAFETY: header type; live operands; valid out pointers (see above).
                 (unsafe { f(x, &mut ws, &mut exec) }, run)
             }
             Op::GtScalar { x, value, out } => {
-                let (f, run) = nn.gt_scalar.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.gt_scalar.ok_or_else(|| Self::missing(nn, name))?;
                 let (x, out) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &out, base)?,
@@ -237,7 +382,8 @@ impl AscendDevice {
                 keep_dims,
                 out,
             } => {
-                let (f, run) = nn.reduce_sum.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.reduce_sum.ok_or_else(|| Self::missing(nn, name))?;
                 let (xt, ot) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &out, base)?,
@@ -260,7 +406,8 @@ impl AscendDevice {
                 )
             }
             Op::Softmax { x, dim, out } => {
-                let (f, run) = nn.softmax.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.softmax.ok_or_else(|| Self::missing(nn, name))?;
                 let (x, out) = (
                     self.make_tensor(objs, 0, &x, base)?,
                     self.make_tensor(objs, 1, &out, base)?,
@@ -280,7 +427,8 @@ impl AscendDevice {
                 weight_decay,
                 eps,
             } => {
-                let (f, run) = nn.apply_adam_w.ok_or_else(|| Self::missing(name))?;
+                let OpEntry { ws: f, run, .. } =
+                    nn.apply_adam_w.ok_or_else(|| Self::missing(nn, name))?;
                 let var = self.make_tensor(objs, 0, &var, base)?;
                 let m = self.make_tensor(objs, 1, &m, base)?;
                 let v = self.make_tensor(objs, 2, &v, base)?;
@@ -318,34 +466,68 @@ impl AscendDevice {
         })
     }
 
-    fn release(&self, objs: &Objects, executor: *mut AclOpExecutor) {
-        if let Some(destroy) = objs.nn.destroy_executor
-            && !executor.is_null()
-        {
-            // SAFETY: the executor came from a first phase whose second
-            // phase will not run; it is destroyed once.
-            let _ = unsafe { destroy(executor) };
+    /// Hands a fresh executor to the caller (`aclSetAclOpExecutorRepeatable`,
+    /// right after its first phase); `false` when the runtime lacks the call
+    /// or refuses (an operator that cannot repeat), leaving the executor
+    /// non-repeatable.
+    fn make_repeatable(&self, nn: &NnFns, executor: *mut AclOpExecutor) -> bool {
+        let Some(set) = nn.set_repeatable else {
+            return false;
+        };
+        // SAFETY: the executor came from the first phase just run and has
+        // not run yet.
+        let status = unsafe { set(executor) };
+        if status != 0 {
+            // The refusal is not an error of the call: consume its message
+            // so it does not surface with a later failure.
+            let _ = result::recent_message(self.runtime_ref().rt());
+            self.executors().bump(|s| s.refused += 1);
+        }
+        status == 0
+    }
+
+    /// Releases an executor whose second phase will not run: destroyed if
+    /// it is (or can be made) repeatable, else left to the framework, the
+    /// only owner the documentation gives a non-repeatable executor.
+    fn dispose(&self, nn: &NnFns, executor: *mut AclOpExecutor, repeatable: bool) {
+        if executor.is_null() {
+            return;
+        }
+        let destroy = nn
+            .destroy_executor
+            .filter(|_| repeatable || self.make_repeatable(nn, executor));
+        match destroy {
+            Some(destroy) => {
+                // SAFETY: the executor is repeatable, so the caller's, and
+                // is destroyed once, here; it never ran, so nothing queued
+                // uses it.
+                let _ = unsafe { destroy(executor) };
+            }
+            None => self.executors().bump(|s| s.abandoned += 1),
         }
     }
 
     /// Workspace bytes `op` needs for its operands' shapes: the first phase
-    /// only, its executor released. Ask with the largest shapes at startup
-    /// (with [`TensorView::detached`] operands) and declare a workspace
-    /// buffer of at least the largest answer.
+    /// only, its executor released the documented way (made repeatable,
+    /// then destroyed). Ask with the largest shapes at startup (with
+    /// [`TensorView::detached`] operands) and declare a workspace buffer of
+    /// at least the largest answer.
     pub fn workspace_size(&self, op: &Op<'_>) -> Result<u64> {
-        let mut objs = Objects {
-            nn: self.nn()?,
-            tensors: Default::default(),
-            scalar: None,
-            array: None,
-        };
+        let nn = self.nn()?;
+        let mut objs = Objects::new(nn);
         let first = self.first_phase(op, std::ptr::null_mut(), &mut objs)?;
-        self.release(&objs, first.executor);
+        self.dispose(nn, first.executor, false);
         Ok(first.workspace)
     }
 
+    /// How executor reuse has gone on this device so far.
+    pub fn executor_stats(&self) -> ExecutorStats {
+        self.executors().stats()
+    }
+
     /// Both phases of `op` on the slab at `base` of arena `arena`, with the
-    /// given workspace (device address and bytes).
+    /// given workspace (device address and bytes); or, when this call was
+    /// seen before, the second phase of its cached executor.
     pub(crate) fn run_op(
         &self,
         op: &Op<'_>,
@@ -368,33 +550,102 @@ impl AscendDevice {
                 }
             }
         }
-        let mut objs = Objects {
-            nn: self.nn()?,
-            tensors: Default::default(),
-            scalar: None,
-            array: None,
-        };
-        let first = self.first_phase(op, base, &mut objs)?;
+        let nn = self.nn()?;
+        let rt = self.runtime_ref().rt();
+        let execs = self.executors();
         let (ws_ptr, reserved) = workspace.unwrap_or((std::ptr::null_mut(), 0));
-        if first.workspace > reserved {
-            self.release(&objs, first.executor);
-            return Err(Error::WorkspaceTooSmall {
-                op: op.name(),
-                needed: first.workspace,
-                reserved,
-            });
-        }
-        let ws = if first.workspace == 0 {
-            std::ptr::null_mut()
-        } else {
-            ws_ptr
+        let ws_for = |needed: u64| {
+            if needed == 0 {
+                std::ptr::null_mut()
+            } else {
+                ws_ptr
+            }
         };
+        let too_small = |needed: u64| Error::WorkspaceTooSmall {
+            op: op.name(),
+            needed,
+            reserved,
+        };
+        let reuse = execs.cache.borrow().capacity() > 0
+            && nn.set_repeatable.is_some()
+            && nn.destroy_executor.is_some();
+        let key = if reuse {
+            OpKey::new(op, base as usize)
+        } else {
+            None
+        };
+        if let Some(key) = &key {
+            let mut cache = execs.cache.borrow_mut();
+            if let Some(entry) = cache.get(key) {
+                if entry.workspace > reserved {
+                    return Err(too_small(entry.workspace));
+                }
+                // SAFETY: the executor is repeatable and was made for
+                // exactly these operands at these addresses (the key holds
+                // them), which are leased for the call; the workspace is
+                // `entry.workspace` bytes of a leased buffer (or null when
+                // none is needed); the stream is this device's.
+                let status = unsafe {
+                    (entry.run)(
+                        ws_for(entry.workspace),
+                        entry.workspace,
+                        entry.executor,
+                        self.stream(),
+                    )
+                };
+                execs.bump(|s| s.hits += 1);
+                if let Err(f) = result::check_nn(rt, op.name(), "", status) {
+                    // An executor that failed is not trusted again.
+                    if let Some(failed) = cache.remove(key) {
+                        drop(cache);
+                        let _ = execs.retire(failed);
+                    }
+                    return Err(self.fail(f));
+                }
+                return Ok(());
+            }
+        }
+        let mut objs = Objects::new(nn);
+        let first = self.first_phase(op, base, &mut objs)?;
+        let repeatable = key.is_some() && self.make_repeatable(nn, first.executor);
+        if first.workspace > reserved {
+            self.dispose(nn, first.executor, repeatable);
+            return Err(too_small(first.workspace));
+        }
         // SAFETY: the executor came from the first phase just run, with
         // operands on leased device memory that stays leased for the call;
         // the workspace is `first.workspace` bytes of a leased buffer (or
-        // null when none is needed); the stream is this device's. The
-        // second phase consumes the executor.
-        let status = unsafe { (first.run)(ws, first.workspace, first.executor, self.stream()) };
-        result::check_nn(self.runtime_ref().rt(), op.name(), "", status).map_err(|f| self.fail(f))
+        // null when none is needed); the stream is this device's. A
+        // non-repeatable executor is consumed by this call.
+        let status = unsafe {
+            (first.run)(
+                ws_for(first.workspace),
+                first.workspace,
+                first.executor,
+                self.stream(),
+            )
+        };
+        let checked = result::check_nn(rt, op.name(), "", status).map_err(|f| self.fail(f));
+        let Some(key) = key.filter(|_| repeatable) else {
+            execs.bump(|s| s.one_shot += 1);
+            return checked;
+        };
+        let entry = Entry {
+            executor: first.executor,
+            run: first.run,
+            workspace: first.workspace,
+            objs,
+        };
+        if let Err(e) = checked {
+            let _ = execs.retire(entry);
+            return Err(e);
+        }
+        execs.bump(|s| s.misses += 1);
+        let evicted = execs.cache.borrow_mut().insert(key, entry);
+        if let Some(old) = evicted {
+            execs.bump(|s| s.evictions += 1);
+            execs.retire(old).map_err(|f| self.fail(f))?;
+        }
+        Ok(())
     }
 }

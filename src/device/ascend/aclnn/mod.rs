@@ -9,6 +9,23 @@
 //! phases on the device's stream with the workspace leased from the plan,
 //! and fails with [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall) rather than allocate.
 //!
+//! Executors follow CANN's documented lifetime: a non-repeatable one runs
+//! once (its second phase frees it); one whose second phase will not run is
+//! made repeatable and destroyed. Because an arena's addresses never
+//! change, the executor of a call is made repeatable once and reused for
+//! every later call with the same operator, operands (shapes, types,
+//! strides, addresses) and scalars, up to
+//! [`AscendConfig::executor_cache`](crate::device::ascend::AscendConfig::executor_cache)
+//! entries per device: steady steps run the second phase only
+//! ([`AscendDevice::executor_stats`](crate::device::ascend::AscendDevice::executor_stats)
+//! counts hits and misses).
+//!
+//! Operators resolve from CANN's per-repository libraries
+//! (`libopapi_nn.so`: Mm, Relu, Softmax, ApplyAdamWV2; `libopapi_math.so`:
+//! Add, Sub, Mul, GtScalar, ReduceSum) when installed, else from the
+//! combined `libopapi.so`; a missing operator is reported when used, naming
+//! every library searched.
+//!
 //! Views can only be made from leases of an arena on an [`AscendDevice`](crate::device::ascend::AscendDevice),
 //! and only cover the lease's capacity, so an operator cannot reach bytes
 //! of another buffer. (An Ascend slab is not host memory: no Rust
@@ -36,11 +53,16 @@
 //! # Ok::<(), tensor_arena::Error>(())
 //! ```
 
-// aclCreateTensor & co. and the two aclnn phases, through function pointers.
+// The executor cache's keys and table: pure data.
+mod cache;
+// aclCreateTensor & co., the two aclnn phases and executor lifetimes,
+// through function pointers.
 #[allow(unsafe_code)]
 mod call;
 mod op;
 mod view;
 
+pub use cache::ExecutorStats;
+pub(crate) use call::Executors;
 pub use op::Op;
 pub use view::{MAX_VIEW_DIMS, TensorView};

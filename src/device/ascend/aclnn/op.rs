@@ -3,7 +3,8 @@
 use super::view::TensorView;
 
 /// One aclnn operator call. Element types follow the operator's header;
-/// the simulated runtime implements f32.
+/// the simulated runtime computes f32, f16 and bf16 operands (in f32,
+/// results rounded to the output's type).
 // Passed by reference and built on the stack: the size difference costs
 // nothing.
 #[allow(clippy::large_enum_variant)]
