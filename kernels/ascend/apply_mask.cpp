@@ -55,6 +55,9 @@ private:
     __aicore__ inline void Compute(uint32_t n)
     {
         const uint32_t m = AlignUp(n, kAlign);
+        // The scratch buffers are rewritten while the previous tile's last
+        // vector instructions may still read them.
+        PipeBarrier<PIPE_V>();
         LocalTensor<T> x = xQueue_.DeQue<T>();
         LocalTensor<T> mask = maskQueue_.DeQue<T>();
         LocalTensor<uint8_t> bits = bitsBuf_.Get<uint8_t>();

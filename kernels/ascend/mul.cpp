@@ -61,6 +61,9 @@ private:
     __aicore__ inline void Compute(uint32_t n)
     {
         const uint32_t m = AlignUp(n, kAlign);
+        // The scratch buffers are rewritten while the previous tile's last
+        // vector instructions may still read them.
+        PipeBarrier<PIPE_V>();
         LocalTensor<T> x = xQueue_.DeQue<T>();
         LocalTensor<T> z = outQueue_.AllocTensor<T>();
         if constexpr (kScalar) {

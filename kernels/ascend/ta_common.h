@@ -12,6 +12,10 @@
 
 #include "kernel_operator.h"
 
+#ifndef TA_SHIM_SCALAR_WORK
+#define TA_SHIM_SCALAR_WORK(n)
+#endif
+
 namespace ta {
 
 using namespace AscendC;
@@ -113,8 +117,15 @@ __aicore__ inline void FillStreamBits(const LocalTensor<int32_t> &dst, uint32_t 
         const uint64_t block = g >> 2;
         uint32_t c[4] = {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0};
         Philox10(c, k0, k1);
+        // Scalar instructions per block at one per cycle, fully unrolled:
+        // Philox rounds 2 multiplies + 2 shifts + 4 xors (+ 2 key adds
+        // after round 0) = 98, block index and counter setup 3.
+        TA_SHIM_SCALAR_WORK(101);
         for (uint32_t w = static_cast<uint32_t>(g & 3); w < 4 && i < n; ++w, ++i, ++g) {
             dst.SetValue(i, static_cast<int32_t>(c[w] >> 8));
+            // Per element besides the store: >> 8, three increments, two
+            // compares and a branch.
+            TA_SHIM_SCALAR_WORK(6);
         }
     }
 }

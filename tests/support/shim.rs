@@ -26,6 +26,31 @@ type MaskFn =
 type MulFn = unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void, u64, u64, u32) -> u32;
 type ScalarFn = unsafe extern "C" fn(u32, *mut c_void, *mut c_void, f32, u64, u64, u32) -> u32;
 
+/// The cost model's figures for a launch (`struct ta_shim_cost`): an
+/// estimate from documented throughputs, never a measurement. Pipes are
+/// indexed S, V, MTE2, MTE3.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Cost {
+    pub blocks: u32,
+    pub critical_block: u32,
+    pub critical_cycles: f64,
+    pub critical_busy: [f64; 4],
+    pub total_busy: [f64; 4],
+    pub critical_instructions: [u64; 4],
+    pub total_instructions: [u64; 4],
+    pub gm_bytes: u64,
+}
+
+/// Pipe indices of [`Cost`].
+pub const S: usize = 0;
+/// The vector pipe.
+pub const V: usize = 1;
+/// MTE2: GM to UB.
+pub const MTE2: usize = 2;
+/// MTE3: UB to GM.
+pub const MTE3: usize = 3;
+
 /// One loaded shim library.
 pub struct Shim {
     lib: Library,
@@ -121,6 +146,27 @@ impl Shim {
         let f: unsafe extern "C" fn() -> u32 = unsafe { self.function("ta_shim_ub_capacity") };
         // SAFETY: no arguments.
         unsafe { f() }
+    }
+
+    /// The cost model's figures for this thread's last launch.
+    pub fn last_cost(&self) -> Cost {
+        // SAFETY: `void ta_shim_last_cost(struct ta_shim_cost *)`.
+        let f: unsafe extern "C" fn(*mut Cost) = unsafe { self.function("ta_shim_last_cost") };
+        let mut c = Cost::default();
+        // SAFETY: c is a live, writable struct with the C layout.
+        unsafe { f(&mut c) };
+        c
+    }
+
+    /// The cost model's clock (Hz), vector cores and HBM bandwidth (bytes/s).
+    pub fn cost_params(&self) -> (f64, u32, f64) {
+        type ParamsFn = unsafe extern "C" fn(*mut f64, *mut u32, *mut f64);
+        // SAFETY: `void ta_shim_cost_params(double *, uint32_t *, double *)`.
+        let f: ParamsFn = unsafe { self.function("ta_shim_cost_params") };
+        let (mut clock, mut cores, mut hbm) = (0.0, 0u32, 0.0);
+        // SAFETY: three live, writable values.
+        unsafe { f(&mut clock, &mut cores, &mut hbm) };
+        (clock, cores, hbm)
     }
 
     /// Launches a random kernel (bernoulli, dropout, dropout backward) on `x`.
