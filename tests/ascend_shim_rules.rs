@@ -248,7 +248,11 @@ fn and_on_words_with_the_word_count_processes_half_and_is_reported() {
     assert!(report.contains("[logic-count]"), "{report}");
     assert!(report.contains("only the first 32 words"), "{report}");
     for (i, (got, was)) in x.iter().zip(&input).enumerate() {
-        let want = if i < 32 { was.to_bits() & 0xFFFF } else { u32::MAX };
+        let want = if i < 32 {
+            was.to_bits() & 0xFFFF
+        } else {
+            u32::MAX
+        };
         assert_eq!(got.to_bits(), want, "word {i}");
     }
     // As uint16 with twice the count: every word, no report.

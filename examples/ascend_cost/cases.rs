@@ -86,13 +86,15 @@ fn zeros<T: Element>(n: usize) -> Vec<T> {
 }
 
 fn bernoulli<T: Element>(lib: &Shim, n: usize, t: &Tiling) -> Result<u32, String> {
-    let entry = entry_point(&Kernel::Bernoulli { p: 0.5, rng: RNG }, T::DTYPE).map_err(|e| e.to_string())?;
+    let entry = entry_point(&Kernel::Bernoulli { p: 0.5, rng: RNG }, T::DTYPE)
+        .map_err(|e| e.to_string())?;
     let mut x = zeros::<T>(n);
     Ok(lib.random(entry, t.num_blocks, &mut x, 0.5, RNG, t))
 }
 
 fn dropout<T: Element>(lib: &Shim, n: usize, t: &Tiling) -> Result<u32, String> {
-    let entry = entry_point(&Kernel::Dropout { p: 0.1, rng: RNG }, T::DTYPE).map_err(|e| e.to_string())?;
+    let entry =
+        entry_point(&Kernel::Dropout { p: 0.1, rng: RNG }, T::DTYPE).map_err(|e| e.to_string())?;
     let mut x = zeros::<T>(n);
     Ok(lib.random(entry, t.num_blocks, &mut x, 0.1, RNG, t))
 }
@@ -104,7 +106,8 @@ fn dropout_backward<T: Element>(lib: &Shim, n: usize, t: &Tiling) -> Result<u32,
 }
 
 fn apply_mask<T: Element>(lib: &Shim, n: usize, t: &Tiling) -> Result<u32, String> {
-    let entry = entry_point(&Kernel::ApplyMask { scale: 2.0 }, T::DTYPE).map_err(|e| e.to_string())?;
+    let entry =
+        entry_point(&Kernel::ApplyMask { scale: 2.0 }, T::DTYPE).map_err(|e| e.to_string())?;
     let (mut x, mask) = (zeros::<T>(n), zeros::<T>(n));
     Ok(lib.apply_mask(entry, t.num_blocks, &mut x, &mask, 2.0, t))
 }
@@ -127,7 +130,11 @@ pub fn all() -> Vec<Case> {
     macro_rules! per_dtype {
         ($kernel:literal, $f:ident, $operands:expr) => {
             for (dtype, size, launch) in [
-                ("f32", 4.0, $f::<f32> as fn(&Shim, usize, &Tiling) -> Result<u32, String>),
+                (
+                    "f32",
+                    4.0,
+                    $f::<f32> as fn(&Shim, usize, &Tiling) -> Result<u32, String>,
+                ),
                 ("f16", 2.0, $f::<f16>),
                 ("bf16", 2.0, $f::<bf16>),
             ] {

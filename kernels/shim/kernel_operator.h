@@ -15,17 +15,4 @@
 #include "ta_shim/vector_logic.h"
 #include "ta_shim/vector_select.h"
 
-// Measurement hook for the scalar-unit Philox design: charges n scalar
-// instructions of plain C++ kernel code to the cost model.
-namespace ta_shim {
-inline void ScalarWork(uint64_t n)
-{
-    Timeline &tl = Core().tl;
-    tl.scalar_now += static_cast<double>(n);
-    tl.P(Pipe::kS).busy += static_cast<double>(n);
-    tl.P(Pipe::kS).free_at = tl.scalar_now;
-}
-} // namespace ta_shim
-#define TA_SHIM_SCALAR_WORK(n) ::ta_shim::ScalarWork(n)
-
 #endif // TA_SHIM_KERNEL_OPERATOR_H

@@ -21,6 +21,18 @@ pub const PARAM_INVALID: u32 = 107_000;
 
 type RandomFn =
     unsafe extern "C" fn(u32, *mut c_void, *mut c_void, f32, u64, u64, u64, u64, u32) -> u32;
+type RandomBitsFn = unsafe extern "C" fn(
+    u32,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    f32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u32,
+) -> u32;
 type MaskFn =
     unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void, f32, u64, u64, u32) -> u32;
 type MulFn = unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void, u64, u64, u32) -> u32;
@@ -192,6 +204,79 @@ impl Shim {
                 p,
                 rng.seed,
                 rng.offset,
+                t.total_length,
+                t.block_length,
+                t.tile_length,
+            )
+        }
+    }
+
+    /// Launches a dropout that also writes its keep mask
+    /// (`ta_dropout_bitmask_*`): one bit per element into `bits`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn random_bits<T: Element>(
+        &self,
+        entry: &str,
+        blocks: u32,
+        x: &mut [T],
+        bits: &mut [u8],
+        p: f32,
+        rng: RngState,
+        t: &Tiling,
+    ) -> u32 {
+        assert_eq!(t.total_length, x.len() as u64);
+        assert_eq!(bits.len(), x.len().div_ceil(8));
+        // SAFETY: the signature of the bit-mask dropout launch functions.
+        let f: RandomBitsFn = unsafe { self.function(&format!("{LAUNCH_PREFIX}{entry}")) };
+        // SAFETY: x holds total_length elements and bits total_length / 8
+        // bytes (rounded up) for the whole synchronous launch.
+        unsafe {
+            f(
+                blocks,
+                std::ptr::null_mut(),
+                x.as_mut_ptr().cast(),
+                bits.as_mut_ptr().cast(),
+                p,
+                rng.seed,
+                rng.offset,
+                t.total_length,
+                t.block_length,
+                t.tile_length,
+            )
+        }
+    }
+
+    /// Launches a kernel with the apply_mask signature whose mask is bytes
+    /// (`ta_apply_mask_u8_*`, one byte per element, or `ta_apply_bitmask_*`,
+    /// one bit per element).
+    pub fn apply_byte_mask<T: Element>(
+        &self,
+        entry: &str,
+        blocks: u32,
+        x: &mut [T],
+        mask: &[u8],
+        scale: f32,
+        t: &Tiling,
+    ) -> u32 {
+        assert_eq!(t.total_length, x.len() as u64);
+        let mask_len = if entry.contains("bitmask") {
+            x.len().div_ceil(8)
+        } else {
+            x.len()
+        };
+        assert_eq!(mask.len(), mask_len, "{entry}: mask bytes");
+        // SAFETY: the apply_mask launch signature.
+        let f: MaskFn = unsafe { self.function(&format!("{LAUNCH_PREFIX}{entry}")) };
+        // SAFETY: as for apply_mask: x and the mask (one byte or one bit per
+        // element, checked above) are valid for the synchronous launch, the
+        // mask only read.
+        unsafe {
+            f(
+                blocks,
+                std::ptr::null_mut(),
+                x.as_mut_ptr().cast(),
+                mask.as_ptr().cast_mut().cast(),
+                scale,
                 t.total_length,
                 t.block_length,
                 t.tile_length,

@@ -5,7 +5,8 @@
 //   can show every rule is caught;
 // - ta_shim_unit_tests: checks of the shim's instruction semantics (bit
 //   layouts, rounding, padding, block iteration) and of the kernels'
-//   Philox4x32-10 against the Random123 known-answer vectors;
+//   vector Philox4x32-10 (ta_philox.h) against a reference checked with
+//   the Random123 known-answer vectors;
 // - ta_shim_{half,bf16}_{to,from}_float: the shim's conversions, for an
 //   exhaustive comparison with the `half` crate.
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "ta_shim/launch.h"
 
 #include "ta_common.h"
+#include "ta_philox.h"
 
 namespace selftest {
 

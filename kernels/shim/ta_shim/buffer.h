@@ -43,13 +43,87 @@ inline const char *StateName(BufState s)
     return "?";
 }
 
-// Bytes [lo, hi) of a buffer used by instruction `seq` of `pipe`.
-struct Access {
+// Bytes [lo, hi) last touched by instruction `seq` of a pipe.
+struct Segment {
     uint32_t lo;
     uint32_t hi;
-    Pipe pipe;
-    bool write;
     uint64_t seq;
+};
+
+// For one pipe and one kind of access (read or write): the newest
+// instruction that touched each byte, as sorted, disjoint segments. A pipe
+// that knows instruction k of another knows every earlier one, so the
+// newest is all a conflict check needs.
+class SegmentMap {
+public:
+    // The newest instruction that touched any byte of [lo, hi); 0 if none.
+    uint64_t Newest(uint32_t lo, uint32_t hi) const
+    {
+        uint64_t newest = 0;
+        for (const Segment &g : segs_) {
+            if (g.lo >= hi) {
+                break;
+            }
+            if (g.hi > lo) {
+                newest = std::max(newest, g.seq);
+            }
+        }
+        return newest;
+    }
+
+    // Instruction `seq` touched [lo, hi).
+    void Assign(uint32_t lo, uint32_t hi, uint64_t seq)
+    {
+        // Most instructions touch exactly what an earlier one did.
+        for (Segment &g : segs_) {
+            if (g.lo == lo && g.hi == hi) {
+                g.seq = seq;
+                return;
+            }
+            if (g.lo >= hi) {
+                break;
+            }
+        }
+        std::vector<Segment> &out = scratch_;
+        out.clear();
+        bool placed = false;
+        for (const Segment &g : segs_) {
+            if (g.hi <= lo || g.lo >= hi) {
+                if (!placed && g.lo >= hi) {
+                    out.push_back({lo, hi, seq});
+                    placed = true;
+                }
+                out.push_back(g);
+                continue;
+            }
+            if (g.lo < lo) {
+                out.push_back({g.lo, lo, g.seq});
+            }
+            if (!placed) {
+                out.push_back({lo, hi, seq});
+                placed = true;
+            }
+            if (g.hi > hi) {
+                out.push_back({hi, g.hi, g.seq});
+            }
+        }
+        if (!placed) {
+            out.push_back({lo, hi, seq});
+        }
+        // Neighbours from the same instruction are one segment.
+        segs_.clear();
+        for (const Segment &g : out) {
+            if (!segs_.empty() && segs_.back().hi == g.lo && segs_.back().seq == g.seq) {
+                segs_.back().hi = g.hi;
+            } else {
+                segs_.push_back(g);
+            }
+        }
+    }
+
+private:
+    std::vector<Segment> segs_;
+    std::vector<Segment> scratch_;
 };
 
 // One buffer carved out of the UB by TPipe::InitBuffer.
@@ -60,8 +134,8 @@ struct BufferRec {
     BufState state = BufState::kScratch;
     const void *owner = nullptr; // the TQue or TBuf
     std::string name;
-    // Accesses not yet known to every pipe.
-    std::vector<Access> log;
+    // Who touched which bytes last: [pipe][0 = read, 1 = write].
+    SegmentMap touched[kPipes][2];
     // Queue handshakes: EnQue -> DeQue, FreeTensor -> AllocTensor.
     SyncToken enqueued;
     SyncToken freed;
@@ -97,58 +171,39 @@ inline const char *UnitName(Pipe p)
     return "?";
 }
 
-// Checks and records that instruction `seq` of pipe `p` in `api` touches
-// bytes [lo, hi) of `b` as `role`.
-inline void TouchBytes(BufferRec *b, uint32_t lo, uint32_t hi, Pipe p, uint64_t seq, bool write,
+// Checks that instruction `seq` of pipe `p` in `api` may touch bytes
+// [lo, hi) of `b` as `role`. The instruction's own accesses are recorded
+// when it completes (RecordBytes), so an in-place operand is checked
+// against older instructions only.
+inline void CheckBytes(Timeline &tl, BufferRec *b, uint32_t lo, uint32_t hi, Pipe p, bool write,
                        const char *api, const char *role)
 {
-    Timeline &tl = Core().tl;
     if (hi <= lo) {
         return;
     }
-    for (const Access &e : b->log) {
-        if ((e.pipe == p && e.seq == seq) || !(e.write || write) || e.hi <= lo || hi <= e.lo) {
-            continue;
-        }
-        if (tl.Knows(p, e.pipe, e.seq)) {
-            continue;
-        }
-        Violation(Severity::kRecorded, "sync",
-                  std::string(api) + ": " + role + " (" + b->name + ") " + (write ? "writes" : "reads") +
-                      " UB bytes that " + UnitName(e.pipe) + " " + (e.write ? "wrote" : "read") +
-                      " with no " + SyncName(e.pipe, p) + " since");
-        break;
-    }
-    // Forget what every pipe knows, and what a newer access of the same
-    // pipe covers: it conflicts with everything the older one would.
-    std::vector<Access> &log = b->log;
-    size_t keep = 0;
-    for (size_t i = 0; i < log.size(); ++i) {
-        const Access &e = log[i];
-        const bool covered = e.pipe == p && (write || !e.write) && lo <= e.lo && e.hi <= hi;
-        if (!covered && !tl.AllKnow(e.pipe, e.seq)) {
-            log[keep++] = e;
-        }
-    }
-    log.resize(keep);
-    // A run of accesses no other pipe has synchronised with yet (scalar
-    // stores element by element) is one access: a pipe that learns of the
-    // newest learns of them all.
-    if (!log.empty()) {
-        Access &last = log.back();
-        bool others_know = false;
-        for (int q = 0; q < kPipes; ++q) {
-            const Pipe other = static_cast<Pipe>(q);
-            others_know = others_know || ((other != p || p == Pipe::kV) && tl.Knows(other, p, last.seq));
-        }
-        if (last.pipe == p && last.write == write && !others_know && lo <= last.hi && last.lo <= hi) {
-            last.lo = std::min(last.lo, lo);
-            last.hi = std::max(last.hi, hi);
-            last.seq = seq;
+    for (int q = 0; q < kPipes; ++q) {
+        const Pipe other = static_cast<Pipe>(q);
+        // A write conflicts with earlier reads and writes, a read with
+        // earlier writes.
+        for (int kind = write ? 0 : 1; kind < 2; ++kind) {
+            const uint64_t newest = b->touched[q][kind].Newest(lo, hi);
+            if (newest == 0 || tl.Knows(p, other, newest)) {
+                continue;
+            }
+            Violation(Severity::kRecorded, "sync",
+                      std::string(api) + ": " + role + " (" + b->name + ") " + (write ? "writes" : "reads") +
+                          " UB bytes that " + UnitName(other) + " " + (kind == 1 ? "wrote" : "read") + " with no " +
+                          SyncName(other, p) + " since");
             return;
         }
     }
-    log.push_back({lo, hi, p, write, seq});
+}
+
+inline void RecordBytes(BufferRec *b, uint32_t lo, uint32_t hi, Pipe p, uint64_t seq, bool write)
+{
+    if (hi > lo) {
+        b->touched[static_cast<int>(p)][write ? 1 : 0].Assign(lo, hi, seq);
+    }
 }
 
 } // namespace ta_shim

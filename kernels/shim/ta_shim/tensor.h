@@ -27,18 +27,43 @@ inline int64_t GetBlockNum() { return ta_shim::Core().block_num; }
 
 namespace ta_shim {
 
-// One instruction being executed: its pipe, its sequence number (which
-// tags the bytes it touches) and, once done, its cycles.
+// One instruction being executed: its pipe, its sequence number and the
+// UB bytes it touches (recorded for the sync rule when it completes) and,
+// once done, its cycles.
 struct Instr {
+    struct Touch {
+        BufferRec *rec;
+        uint32_t lo;
+        uint32_t hi;
+        bool write;
+    };
+    static constexpr int kMaxTouches = 8;
+
     const char *api;
     Pipe pipe;
     uint64_t seq;
+    mutable Touch touches[kMaxTouches];
+    mutable int count = 0;
 
     Instr(const char *name, Pipe p) : api(name), pipe(p), seq(Core().tl.Begin(p)) {}
 
-    // Charges `cycles` of work on the pipe (`gm_bytes` of them on the
-    // core's global-memory link).
-    void Done(double cycles, uint64_t gm_bytes = 0) const { Core().tl.Finish(pipe, cycles, gm_bytes); }
+    void Touched(BufferRec *rec, uint32_t lo, uint32_t hi, bool write) const
+    {
+        if (count == kMaxTouches) {
+            Violation(Severity::kFatal, "unsupported", std::string(api) + ": too many operands for the shim");
+        }
+        touches[count++] = {rec, lo, hi, write};
+    }
+
+    // Records the bytes touched and charges `cycles` of work on the pipe
+    // (`gm_bytes` of them on the core's global-memory link).
+    void Done(double cycles, uint64_t gm_bytes = 0) const
+    {
+        for (int i = 0; i < count; ++i) {
+            RecordBytes(touches[i].rec, touches[i].lo, touches[i].hi, pipe, seq, touches[i].write);
+        }
+        Core().tl.Finish(pipe, cycles, gm_bytes);
+    }
 };
 
 } // namespace ta_shim
@@ -115,8 +140,10 @@ public:
                           std::to_string(byte_offset_) + ", " + std::to_string(end) + ") of " +
                           rec_->name + ", which has " + std::to_string(rec_->bytes));
         }
-        TouchBytes(rec_, byte_offset_, static_cast<uint32_t>(end), ins.pipe, ins.seq, write, api, role);
-        return reinterpret_cast<T *>(Core().ub.get() + address);
+        CoreState &c = Core();
+        CheckBytes(c.tl, rec_, byte_offset_, static_cast<uint32_t>(end), ins.pipe, write, api, role);
+        ins.Touched(rec_, byte_offset_, static_cast<uint32_t>(end), write);
+        return reinterpret_cast<T *>(c.ub.get() + address);
     }
 
     const T *Read(const ta_shim::Instr &ins, const char *role, uint64_t count) const

@@ -124,7 +124,7 @@ void Add(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const LocalTenso
 {
     static_assert(!IsSameType<T, uint32_t>::value, "A2 has no uint32 Add: reinterpret as int32");
     static_assert(ta_shim::kAddable<T>, "Add: the shim models int16, int32 and float");
-    ta_shim::Binary("Add", dst, src0, src1, calCount, ta_shim::WrapAdd<T>);
+    ta_shim::Binary("Add", dst, src0, src1, calCount, [](T a, T b) { return ta_shim::WrapAdd(a, b); });
 }
 
 template <typename T>
@@ -132,7 +132,7 @@ void Sub(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const LocalTenso
 {
     static_assert(!IsSameType<T, uint32_t>::value, "A2 has no uint32 Sub: reinterpret as int32");
     static_assert(ta_shim::kAddable<T>, "Sub: the shim models int16, int32 and float");
-    ta_shim::Binary("Sub", dst, src0, src1, calCount, ta_shim::WrapSub<T>);
+    ta_shim::Binary("Sub", dst, src0, src1, calCount, [](T a, T b) { return ta_shim::WrapSub(a, b); });
 }
 
 template <typename T>
@@ -140,7 +140,7 @@ void Mul(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const LocalTenso
 {
     static_assert(!IsSameType<T, uint32_t>::value, "A2/A3 vector units have no uint32 multiply");
     static_assert(ta_shim::kMultipliable<T>, "Mul: A2 multiplies half, int16, int32 and float");
-    ta_shim::Binary("Mul", dst, src0, src1, calCount, ta_shim::WrapMul<T>);
+    ta_shim::Binary("Mul", dst, src0, src1, calCount, [](T a, T b) { return ta_shim::WrapMul(a, b); });
 }
 
 template <typename T>
