@@ -471,3 +471,92 @@ fn bf16_conversions_equal_the_half_crate() {
         |v| bf16::from_f32(v).to_bits(),
     );
 }
+
+/// Unified Buffer bytes the kernels not yet in `ub_footprint` reserve at
+/// tile length `t` (kernels/ascend/README.md): u8 masks and the bit-mask
+/// dropout pair. Every buffer is a whole number of 32-byte blocks.
+fn unwired_footprint(entry: &str, t: u64) -> u64 {
+    let lanes = (t / 32).div_ceil(8) * 8;
+    let philox = 20 * 9 * lanes * 4 + lanes * 4;
+    let block = |b: u64| b.div_ceil(32) * 32;
+    let elem: u64 = if entry.ends_with("f32") { 4 } else { 2 };
+    let widened = if elem == 4 { 0 } else { 4 * t };
+    if entry == "ta_bernoulli_u8" {
+        // out queue (bytes), Philox, half ones, half work
+        return 2 * t + philox + 2 * t * 2;
+    }
+    if entry.starts_with("ta_apply_mask_u8") {
+        // x, mask and out queues, bits, widened x, the mask as half; masks
+        // are compared 128 halves at a time
+        let lanes = t.div_ceil(128) * 128;
+        return 4 * t * elem + 2 * lanes + block(lanes / 8) + widened + 2 * lanes;
+    }
+    if entry.starts_with("ta_dropout_bitmask") {
+        // in, out and bit queues, Philox, widened x
+        return 4 * t * elem + 2 * lanes * 4 + philox + widened;
+    }
+    // ta_apply_bitmask: x, bit and out queues, widened x
+    4 * t * elem + 2 * block(t / 8) + widened
+}
+
+#[test]
+fn the_u8_and_bitmask_kernels_need_exactly_their_documented_ub() {
+    let lib = shim::kernels();
+    let default = lib.ub_capacity();
+    let rng = RngState::new(3);
+    let len = 1000usize;
+    let t = Tiling::new(len as u64, 2).unwrap();
+    let tile = u64::from(DEFAULT_TILE_LENGTH);
+    let mut entries = vec!["ta_bernoulli_u8".to_string()];
+    for d in ["f32", "f16", "bf16"] {
+        for k in ["ta_apply_mask_u8", "ta_dropout_bitmask", "ta_apply_bitmask"] {
+            entries.push(format!("{k}_{d}"));
+        }
+    }
+    for entry in &entries {
+        let need = unwired_footprint(entry, tile);
+        assert!(need <= u64::from(default), "{entry}: {need} bytes");
+        for (capacity, fits) in [(need, true), (need - 32, false)] {
+            lib.set_ub_capacity(u32::try_from(capacity).unwrap());
+            lib.reset();
+            let mut x = vec![0f32; len];
+            let mut h = vec![f16::ONE; len];
+            let wide = entry.ends_with("f32");
+            let rc = if entry == "ta_bernoulli_u8" {
+                let mut m = vec![0u8; len];
+                lib.random(entry, 2, &mut m, 0.5, rng, &t)
+            } else if entry.starts_with("ta_dropout_bitmask") {
+                let mut bits = vec![0u8; len.div_ceil(8)];
+                if wide {
+                    lib.random_bits(entry, 2, &mut x, &mut bits, 0.5, rng, &t)
+                } else {
+                    lib.random_bits(entry, 2, &mut h, &mut bits, 0.5, rng, &t)
+                }
+            } else {
+                let bytes = if entry.contains("bitmask") {
+                    len.div_ceil(8)
+                } else {
+                    len
+                };
+                let mask = vec![1u8; bytes];
+                if wide {
+                    lib.apply_byte_mask(entry, 2, &mut x, &mask, 2.0, &t)
+                } else {
+                    lib.apply_byte_mask(entry, 2, &mut h, &mask, 2.0, &t)
+                }
+            };
+            let report = lib.report();
+            if fits {
+                assert_eq!(
+                    (rc, report.as_str()),
+                    (0, ""),
+                    "{entry} at {capacity} bytes"
+                );
+            } else {
+                assert_eq!(rc, VIOLATION, "{entry} at {capacity} bytes");
+                assert!(report.contains("[ub-capacity]"), "{entry}: {report}");
+            }
+        }
+    }
+    lib.set_ub_capacity(default);
+}

@@ -124,11 +124,43 @@ fn mul_scalar<T: Element>(lib: &Shim, n: usize, t: &Tiling) -> Result<u32, Strin
     Ok(lib.mul_scalar(entry, t.num_blocks, &mut x, 2.0, t))
 }
 
-/// Every case: the JSON's kernels on f32, f16 and bf16.
+fn bernoulli_u8(lib: &Shim, n: usize, t: &Tiling) -> Result<u32, String> {
+    let mut m = zeros::<u8>(n);
+    Ok(lib.random("ta_bernoulli_u8", t.num_blocks, &mut m, 0.5, RNG, t))
+}
+
+/// `ta_<kernel>_<dtype>` for the kernels the Ascend backend does not call
+/// yet.
+fn unwired<T: Element>(kernel: &str) -> String {
+    format!("ta_{kernel}_{}", T::DTYPE.name())
+}
+
+fn apply_mask_u8<T: Element>(lib: &Shim, n: usize, t: &Tiling) -> Result<u32, String> {
+    let (mut x, mask) = (zeros::<T>(n), zeros::<u8>(n));
+    let entry = unwired::<T>("apply_mask_u8");
+    Ok(lib.apply_byte_mask(&entry, t.num_blocks, &mut x, &mask, 2.0, t))
+}
+
+fn dropout_bitmask<T: Element>(lib: &Shim, n: usize, t: &Tiling) -> Result<u32, String> {
+    let (mut x, mut bits) = (zeros::<T>(n), zeros::<u8>(n.div_ceil(8)));
+    let entry = unwired::<T>("dropout_bitmask");
+    Ok(lib.random_bits(&entry, t.num_blocks, &mut x, &mut bits, 0.1, RNG, t))
+}
+
+fn apply_bitmask<T: Element>(lib: &Shim, n: usize, t: &Tiling) -> Result<u32, String> {
+    let (mut g, bits) = (zeros::<T>(n), zeros::<u8>(n.div_ceil(8)));
+    let entry = unwired::<T>("apply_bitmask");
+    Ok(lib.apply_byte_mask(&entry, t.num_blocks, &mut g, &bits, 1.0 / 0.9, t))
+}
+
+/// Every case: the JSON's kernels on f32, f16 and bf16, then (table only)
+/// the u8-mask kernels and the bit-mask dropout pair.
 pub fn all() -> Vec<Case> {
     let mut out = Vec::new();
+    // $operands: bytes per element in units of the element size; $extra:
+    // bytes per element of a u8 or bit mask.
     macro_rules! per_dtype {
-        ($kernel:literal, $f:ident, $operands:expr) => {
+        ($kernel:literal, $f:ident, $operands:expr, $extra:expr, $json:expr) => {
             for (dtype, size, launch) in [
                 (
                     "f32",
@@ -141,8 +173,8 @@ pub fn all() -> Vec<Case> {
                 out.push(Case {
                     kernel: $kernel,
                     dtype,
-                    in_json: true,
-                    bytes_per_element: $operands * size,
+                    in_json: $json,
+                    bytes_per_element: $operands * size + $extra,
                     launch,
                 });
             }
@@ -151,11 +183,21 @@ pub fn all() -> Vec<Case> {
     // Bytes per element in units of the element size: bernoulli writes x;
     // dropout and mul_scalar read and write x; apply_mask and mul also read
     // their operand.
-    per_dtype!("bernoulli", bernoulli, 1.0);
-    per_dtype!("dropout", dropout, 2.0);
-    per_dtype!("dropout_backward", dropout_backward, 2.0);
-    per_dtype!("apply_mask", apply_mask, 3.0);
-    per_dtype!("mul", mul, 3.0);
-    per_dtype!("mul_scalar", mul_scalar, 2.0);
+    per_dtype!("bernoulli", bernoulli, 1.0, 0.0, true);
+    per_dtype!("dropout", dropout, 2.0, 0.0, true);
+    per_dtype!("dropout_backward", dropout_backward, 2.0, 0.0, true);
+    per_dtype!("apply_mask", apply_mask, 3.0, 0.0, true);
+    per_dtype!("mul", mul, 3.0, 0.0, true);
+    per_dtype!("mul_scalar", mul_scalar, 2.0, 0.0, true);
+    out.push(Case {
+        kernel: "bernoulli_u8",
+        dtype: "u8",
+        in_json: false,
+        bytes_per_element: 1.0,
+        launch: bernoulli_u8,
+    });
+    per_dtype!("apply_mask_u8", apply_mask_u8, 2.0, 1.0, false);
+    per_dtype!("dropout_bitmask", dropout_bitmask, 2.0, 0.125, false);
+    per_dtype!("apply_bitmask", apply_bitmask, 2.0, 0.125, false);
     out
 }

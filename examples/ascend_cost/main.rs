@@ -160,4 +160,29 @@ fn print_table(rows: &[(Case, Figures)], elements: usize, clock: f64, cores: u32
          est G/s: all cores; HBM G/s: bandwidth / bytes moved per element; \
          pipe %: busy cycles of the slowest core over its total"
     );
+    print_dropout_pair(rows);
+}
+
+/// Dropout forward + backward per element, by the model: the fused kernel
+/// twice (the backward regenerates the stream) against the forward that
+/// writes a 1-bit mask and a backward that applies it.
+fn print_dropout_pair(rows: &[(Case, Figures)]) {
+    let cycles = |kernel: &str, dtype: &str| {
+        rows.iter()
+            .find(|(c, _)| c.kernel == kernel && c.dtype == dtype)
+            .map(|(_, f)| f.cycles_per_element)
+    };
+    for dtype in ["f32", "f16", "bf16"] {
+        let fused = cycles("dropout", dtype).zip(cycles("dropout_backward", dtype));
+        let split = cycles("dropout_bitmask", dtype).zip(cycles("apply_bitmask", dtype));
+        if let (Some((f, b)), Some((sf, sb))) = (fused, split) {
+            println!(
+                "dropout {dtype} forward + backward, cycles per element per core (estimate): \
+                 regenerated mask {:.3}, 1-bit mask {:.3} ({:.2}x), for n / 8 bytes of mask",
+                f + b,
+                sf + sb,
+                (f + b) / (sf + sb)
+            );
+        }
+    }
 }
