@@ -34,8 +34,12 @@ constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
 // Sub-arrays at most (one more than the 8 blocks of a 32-element group).
 constexpr uint32_t kMaxGroups = 9;
 // Lane arrays the generator keeps: 4 Philox words, 12 limb products and
-// temporaries, 2 round keys, the 0x0000FFFF constant, the lane offsets.
-constexpr uint32_t kLaneArrays = 20;
+// temporaries, one more temporary, the 0x0000FFFF constant, the lane
+// offsets.
+constexpr uint32_t kLaneArrays = 19;
+// Round keys: 10 rounds of (k0, k1), one sub-array wide each, made once
+// per kernel (the key XORs run sub-array by sub-array on them).
+constexpr uint32_t kKeyArrays = 20;
 
 // ceil(q * 2^24) for q in [0, 1]: the integer form of u < q (docs/rng.md).
 // q * 2^24 is exact in float (a power-of-two scaling), as is the
@@ -110,7 +114,12 @@ public:
         threshold_ = KeepThreshold(q);
         pipe.InitBuffer(lanesBuf_, kLaneArrays * kMaxGroups * cap_ * sizeof(uint32_t));
         pipe.InitBuffer(maskBuf_, cap_ * sizeof(uint32_t));
+        pipe.InitBuffer(keysBuf_, kKeyArrays * cap_ * sizeof(uint32_t));
         Duplicate(Lane(kLow), 0x0000FFFFu, static_cast<int32_t>(kMaxGroups * cap_));
+        for (uint32_t r = 0; r < 10; ++r) {
+            Duplicate(Key(r, 0), k0_ + r * kPhiloxW0, static_cast<int32_t>(cap_));
+            Duplicate(Key(r, 1), k1_ + r * kPhiloxW1, static_cast<int32_t>(cap_));
+        }
         width_ = 0;
     }
 
@@ -149,7 +158,7 @@ public:
         Counters(g >> 2);
         FirstRound();
         for (uint32_t r = 1; r < 10; ++r) {
-            Round(k0_ + r * kPhiloxW0, k1_ + r * kPhiloxW1);
+            Round(Key(r, 0), Key(r, 1));
         }
     }
 
@@ -173,8 +182,7 @@ private:
         kQ1,
         kR1,
         kS1,
-        kK0,
-        kK1,
+        kT,      // a temporary
         kLow,    // 0x0000FFFF in every lane
         kOffset, // 8 * lane, for the first sub-array
     };
@@ -186,6 +194,23 @@ private:
     __aicore__ inline U32 Lane(uint32_t k) const
     {
         return lanesBuf_.Get<uint32_t>()[k * kMaxGroups * cap_];
+    }
+
+    // Round r's key word i, one sub-array wide.
+    __aicore__ inline U32 Key(uint32_t r, uint32_t i) const
+    {
+        return keysBuf_.Get<uint32_t>()[(2 * r + i) * cap_];
+    }
+
+    // (a | key) and (a & key) into o and d, sub-array by sub-array: the
+    // two halves of a ^ key = (a | key) - (a & key).
+    __aicore__ inline void OrAndKey(const U32 &o, const U32 &d, const U32 &a, const U32 &key)
+    {
+        const uint32_t w = width_;
+        for (uint32_t j = 0; j < groups_; ++j) {
+            OrW(o[j * w], a[j * w], key, w);
+            AndW(d[j * w], a[j * w], key, w);
+        }
     }
 
     __aicore__ inline void SetWidth(uint32_t w)
@@ -245,15 +270,10 @@ private:
         PipeBarrier<PIPE_V>();
         AndW(Lane(kL0), c0, Lane(kLow), n);
         ShrW(Lane(kH0), c0, 16, n);
-        Duplicate(Lane(kK1), k1_, static_cast<int32_t>(n));
-        if (c1Tensor_) {
-            Duplicate(Lane(kK0), k0_, static_cast<int32_t>(n));
-        }
         PipeBarrier<PIPE_V>();
         Products0(c0);
         if (c1Tensor_) {
-            OrW(Lane(kL1), c1, Lane(kK0), n);
-            AndW(Lane(kH1), c1, Lane(kK0), n);
+            OrAndKey(Lane(kL1), Lane(kH1), c1, Key(0, 0));
         }
         PipeBarrier<PIPE_V>();
         ShrW(Lane(kP0), Lane(kP0), 16, n);
@@ -266,8 +286,7 @@ private:
         PipeBarrier<PIPE_V>();
         HighHalf0(n);
         // New word 2 = hi0 ^ k1, in word 3's slot.
-        OrW(Lane(kL0), Lane(kS0), Lane(kK1), n);
-        AndW(Lane(kH0), Lane(kS0), Lane(kK1), n);
+        OrAndKey(Lane(kL0), Lane(kH0), Lane(kS0), Key(0, 1));
         PipeBarrier<PIPE_V>();
         SubW(c3, Lane(kL0), Lane(kH0), n);
         PipeBarrier<PIPE_V>();
@@ -306,7 +325,7 @@ private:
     // (c0, c1, c2, c3) <- (hi(M1 c2) ^ c1 ^ k0, lo(M1 c2), hi(M0 c0) ^ c3 ^ k1, lo(M0 c0)).
     // The new words overwrite c1, c2, c3 and c0 in place, so the slots
     // rotate. Both products run side by side to fill each barrier interval.
-    __aicore__ inline void Round(uint32_t k0, uint32_t k1)
+    __aicore__ inline void Round(const U32 &k0, const U32 &k1)
     {
         const uint32_t n = lanes_;
         const U32 c0 = Word(0);
@@ -315,14 +334,11 @@ private:
         const U32 c3 = Word(3);
         // With word 1 still zero (round 1), k0 itself is word 1 ^ k0, and
         // word 1's slot is free for a temporary.
-        const U32 c1x = c1Zero_ ? Lane(kK0) : c1;
-        const U32 spare = c1Zero_ ? c1 : Lane(kK0);
+        const U32 spare = c1Zero_ ? c1 : Lane(kT);
         AndW(Lane(kL0), c0, Lane(kLow), n);
         ShrW(Lane(kH0), c0, 16, n);
         AndW(Lane(kL1), c2, Lane(kLow), n);
         ShrW(Lane(kH1), c2, 16, n);
-        Duplicate(Lane(kK0), k0, static_cast<int32_t>(n));
-        Duplicate(Lane(kK1), k1, static_cast<int32_t>(n));
         PipeBarrier<PIPE_V>();
         Products0(c0);
         MulsW(Lane(kP1), Lane(kL1), kPhiloxM1 & 0xFFFFu, n);
@@ -334,11 +350,9 @@ private:
         ShrW(Lane(kP0), Lane(kP0), 16, n);
         ShrW(Lane(kP1), Lane(kP1), 16, n);
         if (!c1Zero_) {
-            OrW(Lane(kL0), c1, Lane(kK0), n);
-            AndW(Lane(kH0), c1, Lane(kK0), n);
+            OrAndKey(Lane(kL0), Lane(kH0), c1, k0);
         }
-        OrW(Lane(kL1), c3, Lane(kK1), n);
-        AndW(Lane(kH1), c3, Lane(kK1), n);
+        OrAndKey(Lane(kL1), Lane(kH1), c3, k1);
         PipeBarrier<PIPE_V>();
         AddW(Lane(kQ0), Lane(kQ0), Lane(kP0), n);
         AddW(Lane(kQ1), Lane(kQ1), Lane(kP1), n); // mid1 = MH L1 + ML L1 >> 16
@@ -364,8 +378,12 @@ private:
         OrW(Lane(kL0), Lane(kS0), c3, n);
         AndW(Lane(kH0), Lane(kS0), c3, n);
         PipeBarrier<PIPE_V>();
-        OrW(Lane(kL1), Lane(kS1), c1x, n);
-        AndW(Lane(kH1), Lane(kS1), c1x, n);
+        if (c1Zero_) {
+            OrAndKey(Lane(kL1), Lane(kH1), Lane(kS1), k0);
+        } else {
+            OrW(Lane(kL1), Lane(kS1), c1, n);
+            AndW(Lane(kH1), Lane(kS1), c1, n);
+        }
         SubW(c3, Lane(kL0), Lane(kH0), n); // new word 2
         PipeBarrier<PIPE_V>();
         SubW(c1, Lane(kL1), Lane(kH1), n); // new word 0
@@ -437,6 +455,7 @@ private:
 
     TBuf<TPosition::VECCALC> lanesBuf_;
     TBuf<TPosition::VECCALC> maskBuf_;
+    TBuf<TPosition::VECCALC> keysBuf_;
     uint32_t cap_ = 0;
     uint32_t width_ = 0;
     uint32_t groups_ = 8;

@@ -207,11 +207,11 @@ pub fn ub_footprint(kernel: &Kernel, dtype: DType, tile_length: u32) -> Result<u
     let mask = (t / 8).div_ceil(32) * 32;
     // Half types get float copies of their operands.
     let widened = |operands: u64| if elem == 4 { 0 } else { operands * f32_tile };
-    // The vector Philox generator (kernels/ascend/ta_philox.h): 20 lane
+    // The vector Philox generator (kernels/ascend/ta_philox.h): 19 lane
     // arrays of 9 sub-arrays of one lane per 32 elements (whole 32-byte
-    // blocks), and the tile's bit mask.
+    // blocks), the tile's bit mask, 20 round keys one sub-array wide.
     let lanes = (t / 32).div_ceil(8) * 8;
-    let philox = 20 * 9 * lanes * 4 + lanes * 4;
+    let philox = 19 * 9 * lanes * 4 + lanes * 4 + 20 * lanes * 4;
     let bytes = match kernel {
         // out queue, ones, Philox
         Kernel::Bernoulli { .. } => 3 * tile + philox,
