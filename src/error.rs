@@ -3,8 +3,6 @@
 //! Every message names what the user can act on: the buffer, the shape and
 //! the limit that was crossed.
 
-use crate::dtype::DType;
-
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -13,6 +11,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    // ---- Declaring and planning buffers ----
     /// A buffer or phase was declared with an empty name.
     #[error("empty name: every buffer and phase needs a non-empty name")]
     EmptyName,
@@ -114,15 +113,42 @@ pub enum Error {
         owner: &'static str,
     },
 
+    /// No placement found fits the capacity asked for.
+    #[error(
+        "the plan needs {needed} bytes, above the capacity of {capacity} bytes (lower bound {lower_bound} bytes): {reason}"
+    )]
+    OverCapacity {
+        /// Height of the best placement found.
+        needed: usize,
+        /// The capacity asked for.
+        capacity: usize,
+        /// The largest total of bytes alive at one time.
+        lower_bound: usize,
+        /// Whether it is proven impossible or the search ran out of time.
+        reason: &'static str,
+    },
+
+    /// A MiniMalloc CSV input that cannot be read.
+    #[error("CSV line {line}, field '{field}': {reason}")]
+    InvalidCsv {
+        /// 1-based line number.
+        line: usize,
+        /// The column (or `header`).
+        field: String,
+        /// What is wrong, with the offending value.
+        reason: String,
+    },
+
+    // ---- Steps and leases ----
     /// The element type asked for differs from the declared one.
     #[error("buffer '{buffer}': declared as {declared}, used as {requested}")]
     DTypeMismatch {
         /// The buffer.
         buffer: String,
-        /// Its declared element type.
-        declared: DType,
+        /// Its declared element type ([`DType::name`](crate::DType::name)).
+        declared: &'static str,
         /// The element type of the request.
-        requested: DType,
+        requested: &'static str,
     },
 
     /// A view shape whose element count exceeds the buffer's capacity.
@@ -216,17 +242,6 @@ pub enum Error {
         last: String,
     },
 
-    /// The device cannot provide the slab.
-    #[error("device '{device}' cannot reserve the {needed}-byte slab: {available}")]
-    OutOfMemory {
-        /// Device name.
-        device: String,
-        /// Bytes the plan needs.
-        needed: usize,
-        /// What the device reported as available.
-        available: Available,
-    },
-
     /// A host slice whose length differs from the lease's current view.
     #[error("buffer '{buffer}': host data has {given} elements, the view has {expected}")]
     LengthMismatch {
@@ -238,6 +253,11 @@ pub enum Error {
         expected: usize,
     },
 
+    /// Checked mode found bytes written past a buffer's capacity.
+    #[error("{0}")]
+    GuardViolation(Box<GuardViolation>),
+
+    // ---- In-place kernels ----
     /// A probability outside `[0, 1]`, or NaN.
     #[error("{op}: p = {p} is not a probability; it must lie in [0, 1]")]
     InvalidProbability {
@@ -303,17 +323,13 @@ pub enum Error {
         expected: usize,
     },
 
-    /// Checked mode found bytes written past a buffer's capacity.
-    #[error("{0}")]
-    GuardViolation(Box<crate::arena::GuardViolation>),
-
     /// A kernel was asked to run on an element type it does not support.
     #[error("{op}: element type {dtype} is not supported; use f32, f16 or bf16")]
     UnsupportedDType {
         /// The op that was called.
         op: &'static str,
-        /// The element type given.
-        dtype: DType,
+        /// The element type given ([`DType::name`](crate::DType::name)).
+        dtype: &'static str,
     },
 
     /// Tiling parameters a device kernel cannot run with.
@@ -327,32 +343,7 @@ pub enum Error {
         rule: &'static str,
     },
 
-    /// No placement found fits the capacity asked for.
-    #[error(
-        "the plan needs {needed} bytes, above the capacity of {capacity} bytes (lower bound {lower_bound} bytes): {reason}"
-    )]
-    OverCapacity {
-        /// Height of the best placement found.
-        needed: usize,
-        /// The capacity asked for.
-        capacity: usize,
-        /// The largest total of bytes alive at one time.
-        lower_bound: usize,
-        /// Whether it is proven impossible or the search ran out of time.
-        reason: &'static str,
-    },
-
-    /// A MiniMalloc CSV input that cannot be read.
-    #[error("CSV line {line}, field '{field}': {reason}")]
-    InvalidCsv {
-        /// 1-based line number.
-        line: usize,
-        /// The column (or `header`).
-        field: String,
-        /// What is wrong, with the offending value.
-        reason: String,
-    },
-
+    // ---- Recording and spec files ----
     /// After a recorder froze its plan, a site asked for a shape larger
     /// than any it asked for while recording.
     #[error(
@@ -399,15 +390,17 @@ pub enum Error {
         reason: String,
     },
 
-    /// Reading or writing a file failed.
-    #[error("cannot {operation} '{path}': {message}")]
-    Io {
-        /// `read` or `write`.
-        operation: &'static str,
-        /// The file.
-        path: String,
-        /// What the operating system reported.
-        message: String,
+    // ---- Devices (host and Ascend) ----
+    /// The device cannot provide the slab.
+    #[error("device '{device}' cannot reserve the slab: needs {needed} bytes, {available}")]
+    OutOfMemory {
+        /// Device name.
+        device: String,
+        /// Bytes the slab takes from the device (the plan's bytes, plus
+        /// what the device's allocator adds, such as page rounding).
+        needed: usize,
+        /// What the device reported as available.
+        available: Available,
     },
 
     /// An error reported by a device backend.
@@ -418,48 +411,6 @@ pub enum Error {
         /// The operation that failed.
         operation: &'static str,
         /// What the backend reported.
-        message: String,
-    },
-
-    /// A caching-allocator setting (`PYTORCH_NPU_ALLOC_CONF`) that torch_npu
-    /// would refuse.
-    #[error("allocator setting '{option}:{value}' is invalid: {reason}")]
-    InvalidAllocConf {
-        /// The option name, e.g. `max_split_size_mb`.
-        option: String,
-        /// The value given.
-        value: String,
-        /// Why it was refused, with the limit.
-        reason: String,
-    },
-
-    /// An allocation trace that cannot be read: bad syntax, an unknown
-    /// action, a free of an id that is not allocated.
-    #[error("trace '{source_name}', {location}: {message}")]
-    Trace {
-        /// File name or description of the trace.
-        source_name: String,
-        /// Where in it: a line number or a snapshot entry.
-        location: String,
-        /// What is wrong, with the value found.
-        message: String,
-    },
-
-    /// A parameter outside the range the function accepts.
-    #[error("{what} = {value} is invalid: {reason}")]
-    InvalidArgument {
-        /// The parameter.
-        what: &'static str,
-        /// The value given.
-        value: String,
-        /// The accepted range.
-        reason: String,
-    },
-
-    /// The SVG timeline could not be drawn.
-    #[error("cannot draw the timeline: {message}")]
-    Plot {
-        /// What the plotting library reported.
         message: String,
     },
 
@@ -519,6 +470,137 @@ pub enum Error {
         /// Bytes the workspace buffer holds.
         reserved: u64,
     },
+
+    /// The Ascend kernel library loaded but its kernels do not run: a probe
+    /// launch reported success and changed nothing, which is what CANN's
+    /// generated launch stubs do when the library's load-time registration
+    /// failed (a library built for another SoC).
+    #[error(
+        "device '{device}': the kernel library {library} is not registered with the runtime: a probe launch of {symbol} returned success but did nothing (CANN's launch stubs print an error and return 0 when the library's load-time registration failed; {}). Rebuild it for this device: `npu-smi info` names the chip; `cmake -S kernels/ascend -B build/ascend -DSOC_VERSION=Ascend<chip> && cmake --build build/ascend`",
+        soc_mismatch(built_for.as_deref(), device_soc.as_deref())
+    )]
+    KernelsNotRegistered {
+        /// Device name (`ascend:0`).
+        device: String,
+        /// Path of the kernel library.
+        library: String,
+        /// The launch function the probe called.
+        symbol: &'static str,
+        /// The SoC the library was built for, from its kernel section name
+        /// (`.ascend.kernel.<soc>.<target>`), when it has one.
+        built_for: Option<String>,
+        /// The device's SoC (`aclrtGetSocName`), when the runtime tells.
+        device_soc: Option<String>,
+    },
+
+    /// `aclrtGetMemInfo` answered free = total = 0 for the memory attribute
+    /// asked about: the device has no memory of that kind.
+    #[error(
+        "device '{device}': memory attribute not supported by this device: aclrtGetMemInfo reports free = total = 0 for {attr}; use MemAttr::Hbm on Atlas A2/A3 (910B/910C), MemAttr::Ddr on Atlas 300I/310 class devices"
+    )]
+    MemoryAttributeUnsupported {
+        /// Device name.
+        device: String,
+        /// The `aclrtMemAttr` asked about (`ACL_DDR_MEM`, ...).
+        attr: &'static str,
+    },
+
+    // ---- Fragmentation diagnostics ----
+    /// A caching-allocator setting (`PYTORCH_NPU_ALLOC_CONF`) that torch_npu
+    /// would refuse.
+    #[error("allocator setting '{option}:{value}' is invalid: {reason}")]
+    InvalidAllocConf {
+        /// The option name, e.g. `max_split_size_mb`.
+        option: String,
+        /// The value given.
+        value: String,
+        /// Why it was refused, with the limit.
+        reason: String,
+    },
+
+    /// An allocation trace that cannot be read: bad syntax, an unknown
+    /// action, a free of an id that is not allocated.
+    #[error("trace '{source_name}', {location}: {message}")]
+    Trace {
+        /// File name or description of the trace.
+        source_name: String,
+        /// Where in it: a line number or a snapshot entry.
+        location: String,
+        /// What is wrong, with the value found.
+        message: String,
+    },
+
+    /// The SVG timeline could not be drawn.
+    #[cfg(feature = "plot")]
+    #[error("cannot draw the timeline: {message}")]
+    Plot {
+        /// What the plotting library reported.
+        message: String,
+    },
+
+    // ---- Files and arguments ----
+    /// Reading or writing a file failed. Made by [`Error::io`].
+    #[error("cannot {operation} '{path}': {message}")]
+    Io {
+        /// What was attempted: `read`, `write`, `create`, ...
+        operation: &'static str,
+        /// The file.
+        path: String,
+        /// The kind of failure the operating system reported.
+        kind: std::io::ErrorKind,
+        /// What the operating system reported.
+        message: String,
+    },
+
+    /// A parameter outside the range the function accepts.
+    #[error("{what} = {value} is invalid: {reason}")]
+    InvalidArgument {
+        /// The parameter.
+        what: &'static str,
+        /// The value given.
+        value: String,
+        /// The accepted range.
+        reason: String,
+    },
+}
+
+/// Why a kernel library built for `built_for` may not have registered on a
+/// device of `device_soc`, as far as the names tell: CANN's registration
+/// compares SoC families (`AscendCheckSoCVersion`, cannmirror/asc-devkit
+/// `tools/build/asc_rt/ascendc_runtime.cpp`: Ascend910B1..B4 and the
+/// Ascend910_93 parts are one family).
+fn soc_mismatch(built_for: Option<&str>, device_soc: Option<&str>) -> String {
+    match (built_for, device_soc) {
+        (Some(b), Some(d)) if soc_family(b) != soc_family(d) => {
+            format!("it was built for {b} and this device is {d}, another SoC family")
+        }
+        (Some(b), Some(d)) => format!(
+            "it was built for {b} and this device is {d}, the same SoC family, so the cause is elsewhere: the [ERROR] line the stubs print at every launch names it"
+        ),
+        (Some(b), None) => format!(
+            "usually a SoC mismatch: it was built for {b}; the runtime does not name this device's SoC"
+        ),
+        (None, Some(d)) => format!(
+            "usually a SoC mismatch: this device is {d}; the library has no kernel section naming its SoC"
+        ),
+        (None, None) => "usually because it was built for another SoC".to_owned(),
+    }
+}
+
+/// The SoC family of a SoC name (`ascend910b2` and `Ascend910B4` are both
+/// `ascend910b`).
+fn soc_family(soc: &str) -> String {
+    let s = soc.to_ascii_lowercase();
+    [
+        ("ascend910b", "ascend910b"),
+        ("ascend910_93", "ascend910b"),
+        ("ascend310p", "ascend310p"),
+        ("ascend310b", "ascend310b"),
+        ("ascend910", "ascend910"),
+    ]
+    .iter()
+    .find(|(prefix, _)| s.starts_with(prefix))
+    .map_or(s.clone(), |(_, family)| (*family).to_owned())
 }
 
 /// How much memory a device said it had when a reservation failed.
@@ -528,6 +610,14 @@ pub enum Available {
     Free(usize),
     /// The device does not report free memory; the allocation itself failed.
     Unknown,
+    /// The device reported `free` bytes, of which `headroom` must stay
+    /// unreserved for the runtime's own allocations.
+    FreeWithHeadroom {
+        /// Free bytes the device reported.
+        free: usize,
+        /// Bytes left to the runtime.
+        headroom: usize,
+    },
 }
 
 impl std::fmt::Display for Available {
@@ -535,6 +625,78 @@ impl std::fmt::Display for Available {
         match self {
             Available::Free(bytes) => write!(f, "only {bytes} bytes are free"),
             Available::Unknown => f.write_str("the allocation failed (free memory unknown)"),
+            Available::FreeWithHeadroom { free, headroom } => write!(
+                f,
+                "free {free} bytes, headroom {headroom} bytes (left unreserved for the runtime's own allocations: kernel launch buffers, operator tiling and binaries; set by AscendConfig::headroom)"
+            ),
+        }
+    }
+}
+
+/// A write past a buffer's capacity, found in its guard bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardViolation {
+    /// The buffer that overran.
+    pub buffer: String,
+    /// Its capacity in bytes (padded shape).
+    pub capacity_bytes: usize,
+    /// How far past the capacity the last modified guard byte lies.
+    pub overrun_bytes: usize,
+    /// Slab offset of the first guard byte.
+    pub guard_offset: usize,
+    /// The lease that wrote last: its number (counting this buffer's
+    /// leases from 1), the step it was made in, its phase, and the number
+    /// of elements its view held when it ended.
+    pub lease: u64,
+    /// Step number of that lease (0 for the first step).
+    pub step: u64,
+    /// Phase name of that lease.
+    pub phase: String,
+    /// Elements in that lease's view when it ended.
+    pub view_elements: usize,
+}
+
+impl std::fmt::Display for GuardViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "buffer '{}' was written {} byte(s) past its {}-byte capacity (guard at slab offset {}); \
+             last written through lease #{} in step {}, phase '{}', view of {} element(s)",
+            self.buffer,
+            self.overrun_bytes,
+            self.capacity_bytes,
+            self.guard_offset,
+            self.lease,
+            self.step,
+            self.phase,
+            self.view_elements
+        )
+    }
+}
+
+impl Error {
+    /// The error for a failed file operation: `operation` says what was
+    /// attempted (`read`, `write`, ...), `path` the file, `err` what the operating system said (its
+    /// [`kind`](std::io::Error::kind) is kept).
+    ///
+    /// ```
+    /// use tensor_arena::Error;
+    /// let e = std::fs::read("/no/such/file").map_err(|e| Error::io("read", "/no/such/file", &e));
+    /// assert!(matches!(
+    ///     e,
+    ///     Err(Error::Io { kind: std::io::ErrorKind::NotFound, .. })
+    /// ));
+    /// ```
+    pub fn io(
+        operation: &'static str,
+        path: impl AsRef<std::path::Path>,
+        err: &std::io::Error,
+    ) -> Error {
+        Error::Io {
+            operation,
+            path: path.as_ref().display().to_string(),
+            kind: err.kind(),
+            message: err.to_string(),
         }
     }
 }

@@ -16,21 +16,17 @@ use tensor_arena::{Arena, Planner, Result};
 fn ascend_home_path_and_the_kernel_variable_are_honoured() -> Result<()> {
     let root = std::env::temp_dir().join(format!("tensor-arena-toolkit-{}", std::process::id()));
     let lib64 = root.join("lib64");
-    std::fs::create_dir_all(&lib64).map_err(|e| tensor_arena::Error::Io {
-        path: lib64.display().to_string(),
-        operation: "create",
-        message: e.to_string(),
-    })?;
-    for name in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
+    std::fs::create_dir_all(&lib64).map_err(|e| tensor_arena::Error::io("create", &lib64, &e))?;
+    for (name, target) in [
+        ("libascendcl.so", "libascendcl.so"),
+        ("libnnopbase.so", "libascendcl.so"),
+        ("libopapi_math.so", "libopapi_math.so"),
+        ("libopapi_nn.so", "libopapi_nn.so"),
+    ] {
         let link = lib64.join(name);
         let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(sim::dir().join("libascendcl.so"), &link).map_err(|e| {
-            tensor_arena::Error::Io {
-                path: link.display().to_string(),
-                operation: "link",
-                message: e.to_string(),
-            }
-        })?;
+        std::os::unix::fs::symlink(sim::dir().join(target), &link)
+            .map_err(|e| tensor_arena::Error::io("link", &link, &e))?;
     }
     // SAFETY: this test binary runs this one test on one thread; nothing
     // else reads or writes the environment meanwhile.
@@ -46,17 +42,29 @@ fn ascend_home_path_and_the_kernel_variable_are_honoured() -> Result<()> {
             tensor_arena::device::ascend::ENV_MALLOC_POLICY,
             "normal_only",
         );
+        std::env::set_var(tensor_arena::device::ascend::ENV_HEADROOM, "32MiB");
     }
     sim().reset();
     let cfg = AscendConfig::from_env()?;
+    assert_eq!(cfg.headroom, 32 << 20, "TENSOR_ARENA_ASCEND_HEADROOM=32MiB");
     let dev = AscendDevice::new(cfg)?;
     assert_eq!(dev.runtime().library_path(), lib64.join("libascendcl.so"));
     assert!(dev.runtime().has_aclnn());
+    assert_eq!(
+        dev.runtime().operator_library("aclnnMm"),
+        Some(lib64.join("libopapi_nn.so").as_path()),
+        "the operator libraries next to the runtime"
+    );
+    assert_eq!(dev.headroom(), 32 << 20);
     let mut p = Planner::new();
     let x = p.step::<f32>("x", &[256])?;
     let mut arena = Arena::new(dev.clone(), p.plan()?)?;
     arena.step(|s| s.lease(x)?.bernoulli_(0.5).map(|_| ()))?;
-    assert_eq!(sim().counter("kernel_launches"), 1);
+    assert_eq!(
+        sim().counter("kernel_launches"),
+        2,
+        "the device's probe, then bernoulli_"
+    );
     assert_eq!(
         sim().counter("malloc_policy_2"),
         1,

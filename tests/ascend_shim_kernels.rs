@@ -16,7 +16,7 @@ use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use support::shim::{self, Shim};
-use tensor_arena::device::ascend_abi::{
+use tensor_arena::device::ascend::abi::{
     DEFAULT_TILE_LENGTH, Tiling, dropout_backward_entry_point, entry_point,
 };
 use tensor_arena::ops::{self, Kernel, RngState};

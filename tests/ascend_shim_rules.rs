@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use support::shim::{self, MTE2, MTE3, PARAM_INVALID, S, V, VIOLATION};
 use tensor_arena::DType;
-use tensor_arena::device::ascend_abi::{DEFAULT_TILE_LENGTH, Tiling, entry_point, ub_footprint};
+use tensor_arena::device::ascend::abi::{DEFAULT_TILE_LENGTH, Tiling, entry_point, ub_footprint};
 use tensor_arena::ops::{Kernel, RngState};
 
 // The self-test kernels, numbered as `enum Rule` in selftest_lib.cpp.

@@ -1,9 +1,10 @@
 //! Random malloc / free sequences through the caching-allocator model, in
-//! every configuration: the bookkeeping stays consistent, live blocks never
-//! overlap, and an allocation fails only at a capacity.
+//! every configuration torch_npu accepts (garbage collection included): the
+//! bookkeeping stays consistent, live blocks never overlap, and an
+//! allocation fails only at a capacity.
 
 use proptest::prelude::*;
-use tensor_arena::caching::{BlockId, CachingAllocator, CachingConfig, rules};
+use tensor_arena::caching::{BlockId, CachingAllocator, CachingConfig, GcThreshold, rules};
 
 const MIB: u64 = 1 << 20;
 
@@ -31,11 +32,18 @@ fn config() -> impl Strategy<Value = CachingConfig> {
     (
         prop::option::of(64u64..400),
         prop_oneof![Just(None), Just(Some(32 * MIB)), Just(Some(48 * MIB))],
+        prop_oneof![Just(None), Just(Some(0.3)), Just(Some(0.8))],
         any::<bool>(),
     )
-        .prop_map(|(cap, max_split, expandable)| CachingConfig {
+        .prop_map(|(cap, max_split, gc, expandable)| CachingConfig {
             capacity: cap.map(|c| c * MIB),
+            // torch_npu refuses expandable segments with either of these.
             max_split_size: if expandable { None } else { max_split },
+            garbage_collection_threshold: if expandable {
+                None
+            } else {
+                gc.map(|t| GcThreshold::new(t).unwrap())
+            },
             expandable_segments: expandable,
         })
 }

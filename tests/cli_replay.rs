@@ -109,4 +109,140 @@ fn bad_input_is_reported_not_panicked() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a byte count"));
     let o = run(&[]);
     assert!(!o.status.success(), "a trace or --synthetic is required");
+    for (args, want) in [
+        (
+            &[
+                "--synthetic",
+                "5",
+                "--alloc-conf",
+                "expandable_segments:True,garbage_collection_threshold:0.6",
+            ][..],
+            "cannot be combined",
+        ),
+        (
+            &["--synthetic", "5", "--garbage-collection-threshold", "1.5"][..],
+            "must lie strictly between 0.0 and 1.0",
+        ),
+        (
+            &["--synthetic", "5", "--sweep", "--sweep-gc", "0"][..],
+            "garbage_collection_threshold:0",
+        ),
+        (
+            &[
+                "--synthetic",
+                "5",
+                "--alloc-conf",
+                "roundup_power2_divisions:4",
+            ][..],
+            "not modelled",
+        ),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// The hand-checked non-monotone trace of tests/replay.rs, with the header
+/// line and sized frees a user's export has.
+const NON_MONOTONE: &str = "op,id,size\nalloc,a,20971008\nfree,a,20971008\nalloc,b,25165312\n\
+                            alloc,p,10485248\nfree,b,25165312\nalloc,d,31456768\n";
+
+#[test]
+fn sweep_json_keys_and_recommendation() {
+    let csv = scratch("non_monotone.csv");
+    std::fs::write(&csv, NON_MONOTONE).unwrap();
+    let o = run(&[
+        csv.to_str().unwrap(),
+        "--sweep",
+        "--json",
+        "--window",
+        "16MiB",
+        "--sweep-max-split-mb",
+        "22,128",
+        "--sweep-gc",
+        "0.5",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
+    let sweep = j["sweep"].as_array().expect("sweep is an array");
+    assert_eq!(sweep.len(), 7);
+    let mib = 1u64 << 20;
+    let default = &sweep[0];
+    assert_eq!(default["conf"], "");
+    assert_eq!(default["peak_reserved"].as_u64(), Some(74 * mib));
+    assert_eq!(default["min_capacity"].as_u64(), Some(40 * mib));
+    let above: Vec<u64> = default["oom_above_min"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(above, vec![44 * mib, 46 * mib, 48 * mib]);
+    assert_eq!(default["safe_capacity"].as_u64(), Some(50 * mib));
+    assert_eq!(sweep[6]["conf"], "expandable_segments:True");
+    assert_eq!(sweep[6]["safe_capacity"].as_u64(), Some(60 * mib));
+    assert_eq!(j["recommendation"]["conf"], "");
+    assert_eq!(j["recommendation"]["capacity"].as_u64(), Some(50 * mib));
+    assert_eq!(
+        j["recommendation"]["headroom_bytes"].as_u64(),
+        Some(10 * mib)
+    );
+    assert_eq!(j["arena"]["slab_bytes"].as_u64(), Some(40 * mib));
+    assert_eq!(j["arena"]["lower_bound"].as_u64(), Some(40 * mib));
+    assert_eq!(j["capacity_scan"]["min_capacity"].as_u64(), Some(40 * mib));
+    // The explanation at the peak, with the three parts.
+    let peak = &j["explain"][0];
+    assert_eq!(peak["moment"], "peak_reserved");
+    assert_eq!(peak["gap"].as_u64(), Some(34 * mib));
+    assert_eq!(peak["soft_fragmentation"].as_u64(), Some(24 * mib));
+    // Without --sweep the keys are absent, the capacity scan is not.
+    let o = run(&[csv.to_str().unwrap(), "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(j.get("sweep").is_none() && j.get("recommendation").is_none());
+    assert_eq!(j["capacity_scan"]["safe_capacity"].as_u64(), Some(50 * mib));
+}
+
+#[test]
+fn default_report_shows_the_capacities_that_fail_above_the_smallest() {
+    let csv = scratch("non_monotone_report.csv");
+    std::fs::write(&csv, NON_MONOTONE).unwrap();
+    let o = run(&[csv.to_str().unwrap(), "--capacity", "44MiB"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    for want in [
+        "smallest capacity that survives: 40.0 MiB",
+        "out of memory again above it at (MiB): 44, 46, 48",
+        "safe from 50.0 MiB",
+        "at the model's out-of-memory error (event 5):",
+        "hard fragmentation 10.0 MiB, soft 0 B, stream 0 B",
+        "the cause is hard fragmentation",
+    ] {
+        assert!(out.contains(want), "missing '{want}' in\n{out}");
+    }
+    let o = run(&[csv.to_str().unwrap(), "--sweep", "--window", "16MiB"]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("recommended: unset PYTORCH_NPU_ALLOC_CONF"),
+        "{out}"
+    );
+    assert!(out.contains("a planned arena of 40.0 MiB"), "{out}");
+}
+
+#[test]
+fn gzip_oom_snapshot_names_the_site() {
+    let snap =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oom_snapshot_sites.pickle.gz");
+    let o = run(&[snap.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(
+        out.contains("at the recorded out-of-memory error (event 4):"),
+        "{out}"
+    );
+    assert!(
+        out.contains("in 1 segment(s) with 2 live block(s): model.py:12 in forward"),
+        "{out}"
+    );
 }

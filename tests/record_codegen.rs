@@ -2,7 +2,7 @@
 //! learned. `tests/data/learned_specs.rs` is `to_rust()`'s output for the
 //! workload below, wrapped in a function; when the output format changes on
 //! purpose, regenerate it with
-//! `TENSOR_ARENA_BLESS=1 cargo test --test record_codegen`.
+//! `TENSOR_ARENA_BLESS=1 cargo test --release --test record_codegen`.
 
 use tensor_arena::{HostDevice, Planner, Recorder, Rounding, SpecSet, f16};
 
@@ -49,11 +49,7 @@ fn exported_rust_compiles_and_declares_the_learned_plan() -> tensor_arena::Resul
     let mut specs = rec.specs();
     let code = wrapped(&specs.to_rust());
     if std::env::var_os("TENSOR_ARENA_BLESS").is_some() {
-        std::fs::write(PATH, &code).map_err(|e| tensor_arena::Error::Io {
-            operation: "write",
-            path: PATH.into(),
-            message: e.to_string(),
-        })?;
+        std::fs::write(PATH, &code).map_err(|e| tensor_arena::Error::io("write", PATH, &e))?;
     }
     let checked_in = std::fs::read_to_string(PATH).unwrap_or_default();
     assert_eq!(

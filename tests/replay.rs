@@ -1,14 +1,21 @@
 //! Trace replay through the caching-allocator model and the planner:
-//! hand-checked traces, the seed article's pattern, memory snapshots.
+//! hand-checked traces (one whose out-of-memory is not monotone in the
+//! capacity), the seed article's pattern, every input format and its bad
+//! inputs, memory snapshots, the capacity scan, the explanation and the
+//! settings sweep.
 
 use std::path::Path;
 
+use tensor_arena::Error;
 use tensor_arena::caching::{CachingConfig, rules::round_size};
 use tensor_arena::diag::{
-    DiagnoseOptions, ReadOptions, SyntheticConfig, Trace, TraceEvent, TraceFormat, diagnose,
-    min_capacity, plan_trace, replay_model, synthetic,
+    DiagnoseOptions, Moment, ReadOptions, SweepOptions, SyntheticConfig, Trace, TraceEvent,
+    TraceFormat, capacity_scan, diagnose, explain_at, fits, min_capacity, plan_trace, replay_model,
+    sweep, synthetic,
 };
 use tensor_arena::plan::placement;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const MIB: u64 = 1 << 20;
 /// 6 MiB and 7 MiB requests as blocks: + 32 bytes, rounded up to 512.
@@ -28,7 +35,7 @@ fn data(name: &str) -> std::path::PathBuf {
 #[test]
 fn hole_trace_follows_the_rules() {
     let t = Trace::from_csv("hole", HOLE).unwrap();
-    let d = diagnose(&t, &DiagnoseOptions::default());
+    let d = diagnose(&t, &DiagnoseOptions::default()).unwrap();
     let s = &d.model.stats;
     // Two 20 MiB segments; at the peak (d's segment) a, c and d are live.
     assert_eq!(s.reserved_bytes.peak, 40 * MIB);
@@ -209,7 +216,7 @@ fn snapshot_pickle_becomes_a_trace() {
         vec![(0, 2 * MIB), (2, 22 * MIB), (7, 42 * MIB), (8, 44 * MIB)]
     );
     // The model replays it to the same reservation the recording ended at.
-    let d = diagnose(&t, &DiagnoseOptions::default());
+    let d = diagnose(&t, &DiagnoseOptions::default()).unwrap();
     assert_eq!(d.model.stats.reserved_bytes.peak, 44 * MIB);
     assert_eq!(d.model.stats.segment.peak, 4);
     assert_eq!(d.trace.recorded_ooms, Some(1));
@@ -263,14 +270,22 @@ fn snapshot_devices_and_errors() {
         TraceFormat::Snapshot,
         None,
     );
-    assert!(cut.is_err(), "a truncated pickle is an error, not a panic");
+    // A truncated pickle is a trace error, not a panic.
+    match cut {
+        Err(Error::Trace { message, .. }) => assert!(message.contains("ends early"), "{message}"),
+        other => panic!("expected a trace error, got {other:?}"),
+    }
     let missing = Trace::read(Path::new("/no/such/trace.csv"), ReadOptions::default());
-    assert!(
-        missing
-            .unwrap_err()
-            .to_string()
-            .starts_with("cannot read '/no/such/trace.csv'")
-    );
+    match missing {
+        Err(e @ Error::Io { .. }) => {
+            assert!(
+                e.to_string()
+                    .starts_with("cannot read '/no/such/trace.csv'"),
+                "{e}"
+            )
+        }
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
 }
 
 #[test]
@@ -288,8 +303,8 @@ fn json_lines_and_csv_give_the_same_trace() {
 
 mod random_traces {
     use proptest::prelude::*;
-    use tensor_arena::caching::CachingConfig;
-    use tensor_arena::diag::{Trace, fits, min_capacity, plan_trace, replay_model};
+    use tensor_arena::caching::{CachingConfig, GcThreshold};
+    use tensor_arena::diag::{Trace, capacity_scan, fits, min_capacity, plan_trace, replay_model};
     use tensor_arena::plan::placement;
 
     /// A CSV trace from random sizes; `frees[i]` frees the i-th oldest live
@@ -319,7 +334,7 @@ mod random_traces {
         ) {
             let t = Trace::from_csv("random", &csv(&sizes, &frees[..sizes.len()])).unwrap();
             let plan = plan_trace(&t);
-            prop_assert!(placement::validate(&plan.intervals, &plan.offsets, Some(plan.slab_bytes as usize)).is_ok());
+            prop_assert_eq!(placement::validate(&plan.intervals, &plan.offsets, Some(plan.slab_bytes as usize)), Ok(()));
             prop_assert!(plan.slab_bytes >= plan.lower_bound);
             prop_assert!(plan.lower_bound >= t.peak_live_bytes());
             let config = CachingConfig { expandable_segments: expandable, ..CachingConfig::default() };
@@ -331,5 +346,383 @@ mod random_traces {
             let at_min = CachingConfig { capacity: Some(min), ..config };
             prop_assert!(fits(&t, at_min));
         }
+
+        /// The scan (which starts replays from saved states) agrees with
+        /// full replays at every capacity it reports on, in every setting.
+        #[test]
+        fn capacity_scans_agree_with_full_replays(
+            sizes in prop::collection::vec(1u64..(40 << 20), 1..50),
+            frees in prop::collection::vec(any::<usize>(), 50),
+            setting in 0usize..4,
+        ) {
+            let t = Trace::from_csv("random", &csv(&sizes, &frees[..sizes.len()])).unwrap();
+            let config = match setting {
+                0 => CachingConfig::default(),
+                1 => CachingConfig { max_split_size: Some(24 << 20), ..CachingConfig::default() },
+                2 => CachingConfig {
+                    garbage_collection_threshold: Some(GcThreshold::new(0.5).unwrap()),
+                    max_split_size: Some(32 << 20),
+                    ..CachingConfig::default()
+                },
+                _ => CachingConfig { expandable_segments: true, ..CachingConfig::default() },
+            };
+            let scan = capacity_scan(&t, config, 16 << 20);
+            let at = |c: u64| fits(&t, CachingConfig { capacity: Some(c), ..config });
+            let step = 2u64 << 20;
+            let mut c = scan.lower_limit;
+            while c < scan.min_capacity {
+                prop_assert!(!at(c), "{} MiB survives below the smallest", c >> 20);
+                c += step;
+            }
+            prop_assert!(at(scan.min_capacity));
+            let mut c = scan.min_capacity + step;
+            while c <= scan.window_top {
+                prop_assert_eq!(at(c), !scan.oom_above_min.contains(&c), "at {} MiB", c >> 20);
+                c += step;
+            }
+            prop_assert!(scan.safe_capacity >= scan.min_capacity);
+            prop_assert!(scan.oom_above_min.iter().all(|&c| c < scan.safe_capacity));
+        }
     }
+}
+
+use tensor_arena::caching::GcThreshold as Gc;
+
+/// Sizes that make blocks and segments of exactly `mib` MiB (even, at
+/// least 10): 512 bytes less, so that the 32-byte pad rounds up to it.
+fn x(mib: u64) -> u64 {
+    mib * MIB - 512
+}
+
+/// Out of memory that is not monotone in the capacity (hand-checked):
+///
+/// 1. a (20 MiB) is made and freed: a cached 20 MiB segment S1;
+/// 2. b (24 MiB) needs a segment of its own. Below 44 MiB that fails, so
+///    S1 is released and the request retried; from 44 MiB S1 stays;
+/// 3. p (10 MiB, kept) then splits S1 when S1 is there, or takes a 10 MiB
+///    segment of its own;
+/// 4. b is freed, and d (30 MiB) needs a segment: the cached 24 MiB one is
+///    released, leaving 20 MiB (S1, pinned by p) or 10 MiB reserved, so d
+///    fits from 50 MiB or from 40 MiB.
+///
+/// So 40 and 42 MiB survive, 44 to 48 MiB run out of memory, 50 MiB and up
+/// survive. The live blocks peak at p + d = 40 MiB.
+fn non_monotone() -> Trace {
+    let csv = format!(
+        "alloc,a,{}\nfree,a\nalloc,b,{}\nalloc,p,{}\nfree,b\nalloc,d,{}\n",
+        x(20),
+        x(24),
+        x(10),
+        x(30)
+    );
+    Trace::from_csv("non-monotone", &csv).unwrap()
+}
+
+#[test]
+fn out_of_memory_is_not_monotone_in_the_capacity() {
+    let t = non_monotone();
+    let at = |mib: u64| {
+        fits(
+            &t,
+            CachingConfig {
+                capacity: Some(mib * MIB),
+                ..CachingConfig::default()
+            },
+        )
+    };
+    let survives: Vec<u64> = (36..=56).step_by(2).filter(|&m| at(m)).collect();
+    assert_eq!(survives, vec![40, 42, 50, 52, 54, 56]);
+    let scan = capacity_scan(&t, CachingConfig::default(), 64 * MIB);
+    assert_eq!(scan.lower_limit, 40 * MIB);
+    assert_eq!(scan.min_capacity, 40 * MIB);
+    assert_eq!(scan.oom_above_min, vec![44 * MIB, 46 * MIB, 48 * MIB]);
+    assert_eq!(scan.safe_capacity, 50 * MIB);
+    assert_eq!(scan.window_top, 104 * MIB);
+    // Unlimited, nothing is released: 20 + 24 + 30 MiB.
+    let r = replay_model(&t, CachingConfig::default(), false);
+    assert_eq!(r.stats.reserved_bytes.peak, 74 * MIB);
+    // At 44 MiB: b fits beside S1, d does not fit beside S1 (20 + 30).
+    let at44 = CachingConfig {
+        capacity: Some(44 * MIB),
+        ..CachingConfig::default()
+    };
+    let oom = replay_model(&t, at44, false).oom.expect("44 MiB fails");
+    assert_eq!((oom.event, oom.segment), (5, 30 * MIB));
+    assert_eq!((oom.allocated, oom.reserved), (10 * MIB, 20 * MIB));
+    // The explanation: S1's free half is hard fragmentation, pinned by p.
+    let e = explain_at(&t, at44, Moment::OutOfMemory, 5, None, 5);
+    assert_eq!(
+        (e.reserved, e.allocated, e.gap),
+        (20 * MIB, 10 * MIB, 10 * MIB)
+    );
+    assert_eq!(e.hard_fragmentation, 10 * MIB);
+    assert_eq!(e.soft_fragmentation + e.stream_fragmentation, 0);
+    assert_eq!(e.largest_free_block_on_stream, 10 * MIB);
+    assert!(e.summary.contains("hard fragmentation"), "{}", e.summary);
+    assert!(e.summary.contains("of a 44.0 MiB device"), "{}", e.summary);
+    // The report shows the out-of-memory capacities above the smallest.
+    let d = diagnose(&t, &DiagnoseOptions::default()).unwrap();
+    let text = d.to_string();
+    assert!(
+        text.contains("smallest capacity that survives: 40.0 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("out of memory again above it at (MiB): 44, 46, 48"),
+        "{text}"
+    );
+    assert!(text.contains("safe from 50.0 MiB"), "{text}");
+    // The arena: p and d at once, 40 MiB; a and b reuse the same bytes.
+    assert_eq!(d.arena.slab_bytes, 40 * MIB);
+}
+
+#[test]
+fn sweep_follows_the_combination_rules_and_recommends_the_least_memory() {
+    let t = non_monotone();
+    let options = SweepOptions {
+        max_split_size_mb: vec![22, 128],
+        garbage_collection_thresholds: vec![0.5],
+        expandable_segments: true,
+        window: 16 * MIB,
+    };
+    let grid = options.settings().unwrap();
+    let confs: Vec<String> = grid.iter().map(|c| c.to_alloc_conf()).collect();
+    assert_eq!(
+        confs,
+        vec![
+            "",
+            "max_split_size_mb:22",
+            "max_split_size_mb:128",
+            "garbage_collection_threshold:0.5",
+            "max_split_size_mb:22,garbage_collection_threshold:0.5",
+            "max_split_size_mb:128,garbage_collection_threshold:0.5",
+            "expandable_segments:True",
+        ]
+    );
+    for c in &grid {
+        assert!(
+            !(c.expandable_segments
+                && (c.max_split_size.is_some() || c.garbage_collection_threshold.is_some()))
+        );
+    }
+    let (rows, rec) = sweep(&t, &options, 40 * MIB).unwrap();
+    assert_eq!(rows.len(), grid.len());
+    // Neither max_split_size_mb:22 (S1, 20 MiB, may still be split; the
+    // 24 MiB block is oversize but only ever released) nor the collector
+    // (b's request finds 20 MiB reserved, not above half of 40 to 48 MiB)
+    // changes a step: every such row is the default one.
+    for r in &rows[..6] {
+        assert_eq!(r.peak_reserved, 74 * MIB, "{}", r.conf);
+        assert_eq!(
+            (r.min_capacity, r.safe_capacity),
+            (40 * MIB, 50 * MIB),
+            "{}",
+            r.conf
+        );
+        assert_eq!(
+            r.oom_above_min,
+            vec![44 * MIB, 46 * MIB, 48 * MIB],
+            "{}",
+            r.conf
+        );
+    }
+    // Expandable segments map 20 MiB pages: a, then b grows the segment to
+    // 40 MiB, p splits b's tail, and d needs two more pages (80 MiB). Below
+    // that the free page under b is unmapped first, leaving p's page, and
+    // d's two pages fit from 60 MiB.
+    let e = &rows[6];
+    assert_eq!(
+        (e.peak_reserved, e.min_capacity, e.safe_capacity),
+        (80 * MIB, 60 * MIB, 60 * MIB)
+    );
+    assert!(e.oom_above_min.is_empty());
+    // Ties go to the first setting in the grid: keep the defaults.
+    assert_eq!((rec.conf.as_str(), rec.capacity), ("", 50 * MIB));
+    assert_eq!(rec.export, "unset PYTORCH_NPU_ALLOC_CONF");
+    assert_eq!(rec.headroom_bytes, 10 * MIB);
+    assert!((rec.headroom_fraction - 0.25).abs() < 1e-12);
+    assert!(
+        rec.message.starts_with("a planned arena of 40.0 MiB"),
+        "{}",
+        rec.message
+    );
+    // Values torch_npu refuses are refused before anything is replayed.
+    let bad = SweepOptions {
+        garbage_collection_thresholds: vec![1.0],
+        ..options.clone()
+    };
+    assert!(matches!(
+        sweep(&t, &bad, 0),
+        Err(Error::InvalidAllocConf { .. })
+    ));
+    let bad = SweepOptions {
+        max_split_size_mb: vec![20],
+        ..options
+    };
+    assert!(matches!(
+        sweep(&t, &bad, 0),
+        Err(Error::InvalidAllocConf { .. })
+    ));
+}
+
+#[test]
+fn garbage_collection_changes_the_outcome_of_a_trace() {
+    // The aged cache of the model's unit test, as a trace: x and y (30 MiB,
+    // 32 MiB segments), e (12 MiB) reused twice, then a 40 MiB request at
+    // 100 MiB: with threshold 0.5 the oldest cached segment (x's) goes
+    // first and no retry is needed; without, the whole cache is released.
+    let csv = "alloc,x,31457280\nalloc,y,31457280\nalloc,e,12582912\nfree,x\nfree,e\n\
+               alloc,f,12582912\nfree,f\nalloc,g,12582912\nfree,g\nfree,y\nalloc,z,41943040\n";
+    let t = Trace::from_csv("gc", csv).unwrap();
+    let base = CachingConfig {
+        capacity: Some(100 * MIB),
+        ..CachingConfig::default()
+    };
+    let plain = replay_model(&t, base, false);
+    assert_eq!(plain.stats.reserved_bytes.current, 42 * MIB);
+    assert_eq!(plain.stats.num_alloc_retries, 1);
+    let gc = CachingConfig {
+        garbage_collection_threshold: Some(Gc::new(0.5).unwrap()),
+        ..base
+    };
+    let collected = replay_model(&t, gc, false);
+    assert_eq!(collected.stats.reserved_bytes.current, 88 * MIB);
+    assert_eq!(
+        (
+            collected.stats.num_alloc_retries,
+            collected.stats.num_device_free
+        ),
+        (0, 1)
+    );
+}
+
+#[test]
+fn csv_header_lines_and_sized_frees() -> TestResult {
+    // As a user exports it: a header, and frees that repeat the size.
+    let t = Trace::from_csv("t", "op,id,size\nalloc,29,1173324\nfree,29,1173324\n")?;
+    assert_eq!(t.allocations().len(), 1);
+    assert_eq!(t.allocations()[0].free_at, Some(1));
+    // Columns by name, in any order, extra ones ignored.
+    let t = Trace::from_csv(
+        "t",
+        "time,size,kind,ptr,stream\n0,64,alloc,p,1\n1,64,free,p,1\n",
+    )?;
+    assert_eq!(
+        (t.allocations()[0].size, t.allocations()[0].stream),
+        (64, 1)
+    );
+    // The usual three columns leave the fourth to be the stream.
+    let t = Trace::from_csv("t", "action,id,size\nalloc,a,5,2\n")?;
+    assert_eq!(t.allocations()[0].stream, 2);
+    let err = |text: &str| match Trace::from_csv("t.csv", text) {
+        Err(e @ Error::Trace { .. }) => e.to_string(),
+        other => panic!("expected a trace error, got {other:?}"),
+    };
+    assert_eq!(
+        err("alloc,29,1173324\nfree,29,1173000\n"),
+        "trace 't.csv', line 2: free of id 29 gives size 1173000, but it was allocated with size 1173324"
+    );
+    assert!(err("alloc,a,1,0\nfree,a,1,1\n").contains("line 2: free of id a gives stream 1"));
+    assert!(
+        err("name,bytes\nalloc,1\n").contains("line 1: header 'name,bytes' names no action column")
+    );
+    assert!(err("op,id,size\nalloc,a\n").contains("line 2: expected 'alloc,ID,SIZE[,STREAM]'"));
+    assert!(err("op,id,size\nalloc,a,x\n").contains("size 'x' is not a whole number"));
+    assert!(err("alloc,a,1,2,3\n").contains("line 1: expected"));
+    // A sized free of an unknown id is still the unknown-id error.
+    assert!(err("free,a,10\n").contains("free of id a, which is not allocated"));
+    Ok(())
+}
+
+#[test]
+fn json_lines_sized_frees_and_bad_lines() -> TestResult {
+    let ok =
+        "{\"action\":\"alloc\",\"id\":1,\"size\":64}\n{\"action\":\"free\",\"id\":1,\"size\":64}\n";
+    let t = Trace::from_json_lines("t", ok)?;
+    assert_eq!(t.allocations()[0].free_at, Some(1));
+    let bad =
+        "{\"action\":\"alloc\",\"id\":1,\"size\":64}\n{\"action\":\"free\",\"id\":1,\"size\":65}\n";
+    match Trace::from_json_lines("t", bad) {
+        Err(e @ Error::Trace { .. }) => {
+            assert!(
+                e.to_string().contains("line 2: free of id 1 gives size 65"),
+                "{e}"
+            )
+        }
+        other => panic!("expected a trace error, got {other:?}"),
+    }
+    for (text, want) in [
+        ("{\"action\":\"alloc\",\"id\":1,\"size\":-1}", "line 1"),
+        (
+            "{\"action\":\"alloc\",\"id\":1,\"size\":1,\"colour\":2}",
+            "unknown field",
+        ),
+        ("[1,2]", "line 1"),
+    ] {
+        match Trace::from_json_lines("t", text) {
+            Err(e @ Error::Trace { .. }) => assert!(e.to_string().contains(want), "{e}"),
+            other => panic!("expected a trace error for {text}, got {other:?}"),
+        }
+    }
+    // Not UTF-8.
+    match Trace::from_bytes("t", b"alloc,a,1\n\xff\n", TraceFormat::Csv, None) {
+        Err(Error::Trace { location, .. }) => assert_eq!(location, "byte 10"),
+        other => panic!("expected a trace error, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[cfg(feature = "pickle")]
+#[test]
+fn gzip_oom_snapshot_with_sites_is_explained() -> TestResult {
+    let t = Trace::read(
+        &data("oom_snapshot_sites.pickle.gz"),
+        ReadOptions::default(),
+    )?;
+    assert_eq!(t.allocations().len(), 3);
+    assert!(t.has_sites());
+    assert_eq!(
+        t.site(0),
+        Some("model.py:12 in forward"),
+        "library frames skipped"
+    );
+    assert_eq!(t.site(1), Some("data.py:30 in collate"));
+    let rec = t.recorded().ok_or("recorded")?;
+    assert_eq!(rec.oom_events.len(), 1);
+    let oom = rec.oom_events[0];
+    assert_eq!((oom.event, oom.size, oom.device_free), (4, B7, 2 * MIB));
+    let d = diagnose(&t, &DiagnoseOptions::default())?;
+    let e = d
+        .explain
+        .iter()
+        .find(|e| e.moment == Moment::RecordedOutOfMemory)
+        .ok_or("recorded OOM explained")?;
+    // a and c hold the segment; b's hole and the tail are free.
+    let free = B6 + (20 * MIB - 3 * B6);
+    assert_eq!((e.reserved, e.allocated), (20 * MIB, 2 * B6));
+    assert_eq!(e.hard_fragmentation, free);
+    assert_eq!(e.largest_free_block_on_stream, B6);
+    assert_eq!(e.sites.len(), 1);
+    assert_eq!(e.sites[0].site, "model.py:12 in forward");
+    assert_eq!((e.sites[0].stranded_bytes, e.sites[0].blocks), (free, 2));
+    assert!(
+        e.summary.contains("model.py:12 in forward"),
+        "{}",
+        e.summary
+    );
+    // A gzip stream cut short is a trace error naming the stream.
+    let bytes = std::fs::read(data("oom_snapshot_sites.pickle.gz"))?;
+    match Trace::from_bytes(
+        "cut.gz",
+        &bytes[..bytes.len() - 20],
+        TraceFormat::Snapshot,
+        None,
+    ) {
+        Err(Error::Trace { message, .. }) => assert!(
+            message.contains("not a memory snapshot pickle"),
+            "{message}"
+        ),
+        other => panic!("expected a trace error, got {other:?}"),
+    }
+    Ok(())
 }

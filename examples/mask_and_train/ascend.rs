@@ -9,7 +9,7 @@
 use std::cell::{Cell, RefCell};
 
 use tensor_arena::device::ascend::{AscendConfig, AscendDevice, AscendRuntime, Op, TensorView};
-use tensor_arena::{Buffer, DType, Result, Step};
+use tensor_arena::{Buffer, DType, Error, Result, Step};
 
 use crate::backend::{AdamSettings, Backend, L};
 use crate::model::Sizes;
@@ -29,6 +29,51 @@ impl AscendBackend {
             workspace: Cell::new(None),
             staging: RefCell::new(Vec::new()),
         })
+    }
+
+    /// The backend `--device ascend` runs on: the runtime `config` finds;
+    /// or, when it finds none and none was named (no library path, no
+    /// search directory), the CPU simulation of the ACL runtime this
+    /// crate's build made (`kernels/sim/`), announced as such: a test
+    /// double, not an NPU.
+    // Used by main.rs; the tests that include this module open the backend
+    // with `new`.
+    #[allow(dead_code)]
+    pub fn for_cli(config: AscendConfig) -> Result<AscendBackend> {
+        let named = config.runtime_lib.is_some() || !config.search_dirs.is_empty();
+        match AscendBackend::new(config.clone()) {
+            Err(e @ Error::LibraryNotFound { .. }) if !named => {
+                let Some(dir) = option_env!("TENSOR_ARENA_SIM_DIR") else {
+                    return Err(e);
+                };
+                println!(
+                    "no CANN runtime found on this machine; running on the CPU simulation of the ACL \
+                     runtime built with this crate ({dir}): a test double, not an NPU"
+                );
+                AscendBackend::new(config.search_dir(dir))
+            }
+            other => other,
+        }
+    }
+
+    /// What the simulated runtime allocated for itself over the run (its
+    /// launch stubs' status buffers), when this is the simulation; a real
+    /// runtime makes the same allocations but does not count them for us.
+    // Used by main.rs (see `for_cli`).
+    #[allow(dead_code)]
+    pub fn runtime_allocations(&self) -> Option<u64> {
+        let path = self.device.runtime().library_path().to_path_buf();
+        // SAFETY: the runtime library is already loaded (this returns the
+        // same instance); nothing new is initialised.
+        let lib = unsafe { libloading::Library::new(&path) }.ok()?;
+        // SAFETY: `uint64_t tasim_counter(const char *)` in the simulation;
+        // a real runtime has no such symbol and this returns None.
+        let counter = unsafe {
+            lib.get::<unsafe extern "C" fn(*const std::ffi::c_char) -> u64>(b"tasim_counter")
+        }
+        .ok()?;
+        // SAFETY: a NUL-terminated name that outlives the call.
+        Some(unsafe { counter(c"launch_mallocs".as_ptr()) })
     }
 
     /// Makes the staging buffer hold `elements` values, once.

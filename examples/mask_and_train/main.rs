@@ -43,7 +43,9 @@ OPTIONS:
     --acl-lib PATH   ascend: the ACL runtime library to load (libascendcl.so or
                      libacl_rt.so; also TENSOR_ARENA_ACL_LIB). Default: searched in
                      $ASCEND_HOME_PATH/lib64, $ASCEND_TOOLKIT_HOME/lib64,
-                     /usr/local/Ascend/ascend-toolkit/latest/lib64, LD_LIBRARY_PATH
+                     /usr/local/Ascend/cann/lib64,
+                     /usr/local/Ascend/ascend-toolkit/latest/lib64, LD_LIBRARY_PATH;
+                     where none is found, the CPU simulation built with the crate
     --acl-dir DIR    ascend: a directory searched first for the runtime and aclnn libraries
     --kernel-lib PATH
                      ascend: the kernel library built from kernels/ascend (also
@@ -223,10 +225,17 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             train::train_on(&cfg, &backend, on)?
         }
         "ascend" => {
-            let backend = ascend::AscendBackend::new(ascend_config(&args)?)?;
+            let backend = ascend::AscendBackend::for_cli(ascend_config(&args)?)?;
             banner(&cfg, &backend);
             let runtime = backend.runtime();
             let report = train::train_on(&cfg, &backend, on)?;
+            if let Some(n) = backend.runtime_allocations() {
+                println!(
+                    "the simulated runtime's own device allocations over the run: {n} (one 8-byte status \
+                     buffer per kernel launch, allocated and freed by the launch stub as CANN's are; not \
+                     the crate's, so not in the counts below)"
+                );
+            }
             drop(backend);
             // Explicit: never from a destructor.
             runtime.finalize()?;

@@ -1,6 +1,8 @@
 // The ACL runtime entry points tensor-arena uses (acl/acl_rt.h,
 // acl/acl_base_rt.h), on host memory, plus the launch hook kernel libraries
-// call. See README.md for the behaviour modelled.
+// call and the scratch allocation of the simulated launch stubs. See
+// README.md for the behaviour modelled and where each rule comes from.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -9,10 +11,12 @@
 
 namespace tasim {
 
-State::~State()
+using Lock = std::lock_guard<std::recursive_mutex>;
+
+Process::~Process()
 {
-    // Whatever a thread leaked goes with it, so leak checkers report the
-    // test's counters rather than this memory.
+    // Whatever the process leaked goes with it, so leak checkers report
+    // the tests' counters rather than this memory.
     for (auto &a : allocations) {
         std::free(reinterpret_cast<void *>(a.first));
     }
@@ -21,21 +25,35 @@ State::~State()
     }
 }
 
-State &St()
+Process &Proc()
 {
-    static thread_local State state;
-    return state;
+    static Process process;
+    return process;
 }
+
+Thread &Me()
+{
+    static std::atomic<uint64_t> next{1};
+    static thread_local Thread thread = [] {
+        Thread t;
+        t.id = next.fetch_add(1);
+        return t;
+    }();
+    return thread;
+}
+
+Device &DeviceOf(int32_t id) { return Proc().devices[id]; }
 
 int32_t Fail(int32_t code, const std::string &message)
 {
-    St().last_error = "[tasim] " + message + " (error " + std::to_string(code) + ")";
+    Me().errors.push_back("[tasim] " + message + " (error " + std::to_string(code) + ")");
     return code;
 }
 
 bool IsDevice(const void *p, uint64_t bytes)
 {
-    const auto &all = St().allocations;
+    Lock lock(Proc().mu);
+    const auto &all = Proc().allocations;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     auto it = all.upper_bound(a);
     if (it == all.begin()) {
@@ -47,140 +65,346 @@ bool IsDevice(const void *p, uint64_t bytes)
 
 Stream *FindStream(aclrtStream s)
 {
-    State &st = St();
+    Process &p = Proc();
     if (s == nullptr) {
-        return &st.default_stream;
+        const int32_t d = Me().device;
+        return d < 0 ? nullptr : &DeviceOf(d).default_stream;
     }
-    Stream *p = static_cast<Stream *>(s);
-    return st.streams.count(p) != 0 ? p : nullptr;
+    Stream *st = static_cast<Stream *>(s);
+    return p.streams.count(st) != 0 ? st : nullptr;
 }
 
-uint64_t PendingWork()
+uint64_t PendingWork(int32_t device)
 {
-    State &st = St();
-    uint64_t n = st.default_stream.pending;
-    for (Stream *s : st.streams) {
-        n += s->pending;
+    Process &p = Proc();
+    const uint64_t me = Me().id;
+    uint64_t n = 0;
+    for (Stream *s : p.streams) {
+        if (s->device == device && s->owner == me) {
+            n += s->pending;
+        }
     }
     return n;
 }
 
 bool Ready(const char *op, aclError *code)
 {
-    State &st = St();
-    if (!st.initialized) {
+    Lock lock(Proc().mu);
+    if (Proc().init_refs <= 0) {
         *code = Fail(kUninitialize, std::string(op) + ": aclInit has not been called");
         return false;
     }
-    if (st.device < 0) {
+    if (Me().device < 0) {
         *code = Fail(kRtContextNull, std::string(op) + ": no device set on this thread (aclrtSetDevice)");
         return false;
     }
     return true;
 }
 
+namespace {
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+} // namespace
+
+// aclrtMalloc's accounting (hicann/runtime src/acl/aclrt_impl/memory.cpp,
+// aclMallocMemInner and GetAlignedAndPaddingSize; docs/zh/api_ref/
+// 25-02_Enumerations.md, aclrtMemMallocPolicy): the size is aligned up to
+// 32 bytes plus 32 of padding, except on 1 GiB pages; HUGE_FIRST takes 2 MiB
+// pages above 1 MiB, HUGE_ONLY always; a policy outside the enum falls back
+// to the default (huge pages from 2 MiB, else normal pages;
+// 11-01_device_memory_malloc_and_free.md).
+uint64_t Charged(uint64_t size, int policy)
+{
+    const uint64_t padded = RoundUp(size, 32) + 32;
+    switch (policy) {
+    case kHugeFirst:
+    case kHugeFirstP2p:
+        return size > kMiB ? RoundUp(padded, 2 * kMiB) : padded;
+    case kHugeOnly:
+    case kHugeOnlyP2p:
+        return RoundUp(padded, 2 * kMiB);
+    case kNormalOnly:
+    case kNormalOnlyP2p:
+        return padded;
+    case kHuge1gOnly:
+    case kHuge1gOnlyP2p:
+        return RoundUp(RoundUp(size, 32), kGiB);
+    default:
+        return size >= 2 * kMiB ? RoundUp(padded, 2 * kMiB) : padded;
+    }
+}
+
+aclError Allocate(void **devPtr, size_t size, int policy, bool launch)
+{
+    const char *op = launch ? "the launch stub's aclrtMalloc" : "aclrtMalloc";
+    aclError code;
+    if (!Ready(op, &code)) {
+        return code;
+    }
+    Process &p = Proc();
+    Lock lock(p.mu);
+    Thread &me = Me();
+    if (devPtr == nullptr || size == 0) {
+        return Fail(kInvalidParam, std::string(op) + ": null pointer or zero size");
+    }
+    if (policy < kHugeFirst || policy > kHuge1gOnlyP2p) {
+        // Not one enum value (an OR of values, say): the runtime takes the
+        // default, as memory.cpp does for any policy it does not know.
+        Count("malloc_policy_fallbacks");
+    }
+    int32_t injected;
+    if ((launch ? me.fail_launch_malloc : me.fail_malloc).Trip(&injected)) {
+        Count(launch ? "injected_launch_malloc_failures" : "injected_malloc_failures");
+        return Fail(injected, std::string(op) + ": injected failure for " + std::to_string(size) + " bytes");
+    }
+    Device &d = DeviceOf(me.device);
+    const uint64_t charged = Charged(size, policy);
+    const uint64_t limit = d.capacity > d.system_reserved ? d.capacity - d.system_reserved : 0;
+    const uint64_t free_bytes = limit > d.in_use ? limit - d.in_use : 0;
+    if (charged > free_bytes) {
+        Count(launch ? "failed_launch_mallocs" : "failed_mallocs");
+        return Fail(kRtMemoryAllocation, std::string(op) + ": out of memory on device " + std::to_string(me.device) +
+                                             ": " + std::to_string(size) + " bytes asked (" +
+                                             std::to_string(charged) + " charged), " + std::to_string(free_bytes) +
+                                             " free");
+    }
+    // Host memory for the bytes asked for only: a charge of a whole 1 GiB
+    // page costs nothing here.
+    const uint64_t host = RoundUp(uint64_t(size) + 32, 64);
+    void *ptr = std::aligned_alloc(64, host);
+    if (ptr == nullptr) {
+        return Fail(kRtMemoryAllocation, std::string(op) + ": the host could not provide " + std::to_string(host) +
+                                             " bytes");
+    }
+    // Device memory is not zeroed; a recognisable pattern shows reads of
+    // bytes nobody wrote.
+    std::memset(ptr, 0xCD, host);
+    p.allocations[reinterpret_cast<uintptr_t>(ptr)] = Alloc{uint64_t(size), charged, me.device, me.id, launch};
+    d.in_use += charged;
+    if (d.in_use > d.peak) {
+        d.peak = d.in_use;
+    }
+    if (launch) {
+        Count("launch_mallocs");
+        Count("launch_malloc_bytes", charged);
+    } else {
+        Count("aclrtMalloc");
+        if (policy >= kHugeFirst && policy <= kHuge1gOnlyP2p) {
+            Count(("malloc_policy_" + std::to_string(policy)).c_str());
+        }
+        Count("malloc_bytes", charged);
+        if (d.in_use > me.counters["peak_bytes"]) {
+            me.counters["peak_bytes"] = d.in_use;
+        }
+    }
+    *devPtr = ptr;
+    return kSuccess;
+}
+
+aclError Release(void *devPtr, bool launch)
+{
+    Process &p = Proc();
+    Lock lock(p.mu);
+    auto it = p.allocations.find(reinterpret_cast<uintptr_t>(devPtr));
+    if (devPtr == nullptr || it == p.allocations.end()) {
+        return Fail(kRtMemoryFree, "aclrtFree: not the start of a live allocation");
+    }
+    // aclrtFree does not wait for queued work (the launch stubs free their
+    // scratch right after queueing the kernel, as CANN's generated stubs do).
+    if (!launch && PendingWork(it->second.device) != 0) {
+        Count("free_with_pending_work");
+    }
+    DeviceOf(it->second.device).in_use -= it->second.charged;
+    p.allocations.erase(it);
+    std::free(devPtr);
+    Count(launch ? "launch_frees" : "aclrtFree");
+    return kSuccess;
+}
+
 } // namespace tasim
 
 using namespace tasim;
+using Lock = std::lock_guard<std::recursive_mutex>;
 
+namespace {
+
+// Releases what a device's default context owns once its last reference
+// goes (04_device_management.md, aclrtResetDevice).
+void ReleaseDevice(int32_t id)
+{
+    Process &p = Proc();
+    bool live = false;
+    for (auto it = p.streams.begin(); it != p.streams.end();) {
+        if ((*it)->device == id) {
+            live = true;
+            delete *it;
+            it = p.streams.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (const auto &a : p.allocations) {
+        live = live || a.second.device == id;
+    }
+    if (live) {
+        Count("reset_with_live_resources");
+    }
+    DeviceOf(id).default_stream.pending = 0;
+}
+
+bool Deinitialise()
+{
+    Process &p = Proc();
+    const bool live = !p.allocations.empty() || !p.streams.empty();
+    if (live) {
+        Count("finalize_with_live_resources");
+    }
+    p.init_refs = 0;
+    Count("deinitialisations");
+    return live;
+}
+
+} // namespace
+
+// aclInit counts references (02_initialization_and_deinitialization.md):
+// every call adds one, a repeated call still answers
+// ACL_ERROR_REPEAT_INITIALIZE for compatibility.
 TASIM_EXPORT aclError aclInit(const char *configPath)
 {
     (void)configPath;
-    State &st = St();
+    Lock lock(Proc().mu);
     Count("aclInit");
-    if (st.initialized) {
+    if (Proc().init_refs++ > 0) {
         return Fail(kRepeatInitialize, "aclInit: already initialised");
     }
-    st.initialized = true;
     return kSuccess;
 }
 
+// aclFinalize clears the count and deinitialises at once.
 TASIM_EXPORT aclError aclFinalize(void)
 {
-    State &st = St();
+    Lock lock(Proc().mu);
     Count("aclFinalize");
-    if (!st.initialized) {
+    if (Proc().init_refs <= 0) {
         return Fail(kRepeatFinalize, "aclFinalize: not initialised");
     }
-    if (!st.allocations.empty() || !st.streams.empty()) {
-        Count("finalize_with_live_resources");
-    }
-    st.initialized = false;
+    Deinitialise();
     return kSuccess;
 }
 
+// aclFinalizeReference takes one reference back and deinitialises at zero.
+TASIM_EXPORT aclError aclFinalizeReference(uint64_t *refCount)
+{
+    Lock lock(Proc().mu);
+    Count("aclFinalizeReference");
+    Process &p = Proc();
+    if (p.init_refs <= 0) {
+        return Fail(kRepeatFinalize, "aclFinalizeReference: not initialised");
+    }
+    if (--p.init_refs == 0) {
+        Deinitialise();
+    }
+    if (refCount != nullptr) {
+        *refCount = uint64_t(p.init_refs);
+    }
+    return kSuccess;
+}
+
+// Every message since the last call, newest first, then cleared; the
+// pointer stays valid until the next call on this thread
+// (13_exception_handling.md).
 TASIM_EXPORT const char *aclGetRecentErrMsg(void)
 {
-    State &st = St();
-    if (st.last_error.empty()) {
+    Thread &me = Me();
+    if (me.errors.empty()) {
         return nullptr;
     }
-    // The pointer stays valid until the next call, as the header says.
-    st.returned_error.swap(st.last_error);
-    st.last_error.clear();
-    return st.returned_error.c_str();
+    std::string all;
+    for (auto it = me.errors.rbegin(); it != me.errors.rend(); ++it) {
+        all += (all.empty() ? "" : "\n") + *it;
+    }
+    me.errors.clear();
+    me.returned.swap(all);
+    return me.returned.c_str();
+}
+
+TASIM_EXPORT const char *aclrtGetSocName(void)
+{
+    const char *name = std::getenv("TASIM_SOC_NAME");
+    return name != nullptr && *name != '\0' ? name : "Ascend910B2";
 }
 
 TASIM_EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
 {
-    State &st = St();
+    Lock lock(Proc().mu);
     if (count == nullptr) {
         return Fail(kInvalidParam, "aclrtGetDeviceCount: null count");
     }
-    if (!st.initialized) {
+    if (Proc().init_refs <= 0) {
         return Fail(kUninitialize, "aclrtGetDeviceCount: aclInit has not been called");
     }
-    *count = st.device_count;
+    *count = Proc().device_count;
     return kSuccess;
 }
 
+// Threads that set the same device share its default context; the count
+// of sets and resets is per process (04_device_management.md).
 TASIM_EXPORT aclError aclrtSetDevice(int32_t deviceId)
 {
-    State &st = St();
+    Lock lock(Proc().mu);
+    Process &p = Proc();
     Count("aclrtSetDevice");
-    if (!st.initialized) {
+    if (p.init_refs <= 0) {
         return Fail(kUninitialize, "aclrtSetDevice: aclInit has not been called");
     }
-    if (deviceId < 0 || static_cast<uint32_t>(deviceId) >= st.device_count) {
+    if (deviceId < 0 || static_cast<uint32_t>(deviceId) >= p.device_count) {
         return Fail(kRtInvalidDeviceId, "aclrtSetDevice: device " + std::to_string(deviceId) + " does not exist (" +
-                                            std::to_string(st.device_count) + " simulated)");
+                                            std::to_string(p.device_count) + " simulated)");
     }
-    st.device_refs[deviceId] += 1;
-    st.device = deviceId;
+    Device &d = DeviceOf(deviceId);
+    d.refs += 1;
+    d.default_stream.device = deviceId;
+    Me().device = deviceId;
+    Me().device_refs[deviceId] += 1;
     return kSuccess;
 }
 
 TASIM_EXPORT aclError aclrtResetDevice(int32_t deviceId)
 {
-    State &st = St();
+    Lock lock(Proc().mu);
     Count("aclrtResetDevice");
-    auto it = st.device_refs.find(deviceId);
-    if (it == st.device_refs.end() || it->second <= 0) {
+    auto it = Proc().devices.find(deviceId);
+    if (it == Proc().devices.end() || it->second.refs <= 0) {
         return Fail(kRtInvalidDeviceId, "aclrtResetDevice: device " + std::to_string(deviceId) + " is not set");
     }
-    if (--it->second == 0) {
-        if (!st.allocations.empty() || !st.streams.empty()) {
-            Count("reset_with_live_resources");
-        }
-        if (st.device == deviceId) {
-            st.device = -1;
-        }
+    Thread &me = Me();
+    int64_t &mine = me.device_refs[deviceId];
+    if (mine > 0) {
+        mine -= 1;
+    }
+    if (--it->second.refs == 0) {
+        ReleaseDevice(deviceId);
+    }
+    if (me.device == deviceId && mine == 0) {
+        me.device = -1;
     }
     return kSuccess;
 }
 
 TASIM_EXPORT aclError aclGetDeviceCapability(uint32_t deviceId, int deviceInfo, int64_t *value)
 {
-    State &st = St();
-    if (value == nullptr || deviceId >= st.device_count) {
+    Lock lock(Proc().mu);
+    if (value == nullptr || deviceId >= Proc().device_count) {
         return Fail(kInvalidParam, "aclGetDeviceCapability: bad device or null value");
     }
+    const uint32_t cores = DeviceOf(int32_t(deviceId)).vector_cores;
     switch (deviceInfo) {
-    case 0: // ACL_DEVICE_INFO_AI_CORE_NUM
-        *value = st.vector_cores / 2 > 0 ? st.vector_cores / 2 : 1;
+    case 0: // ACL_DEVICE_INFO_AI_CORE_NUM: a 910B2 pairs two vector cores with each cube core
+        *value = cores / 2 > 0 ? cores / 2 : 1;
         return kSuccess;
     case 1: // ACL_DEVICE_INFO_VECTOR_CORE_NUM
-        *value = st.vector_cores;
+        *value = cores;
         return kSuccess;
     default:
         return Fail(kInvalidParam, "aclGetDeviceCapability: info " + std::to_string(deviceInfo) + " not simulated");
@@ -196,8 +420,11 @@ TASIM_EXPORT aclError aclrtCreateStream(aclrtStream *stream)
     if (stream == nullptr) {
         return Fail(kInvalidParam, "aclrtCreateStream: null stream pointer");
     }
+    Lock lock(Proc().mu);
     Stream *s = new Stream();
-    St().streams.insert(s);
+    s->device = Me().device;
+    s->owner = Me().id;
+    Proc().streams.insert(s);
     Count("aclrtCreateStream");
     *stream = s;
     return kSuccess;
@@ -205,15 +432,15 @@ TASIM_EXPORT aclError aclrtCreateStream(aclrtStream *stream)
 
 TASIM_EXPORT aclError aclrtDestroyStream(aclrtStream stream)
 {
-    State &st = St();
+    Lock lock(Proc().mu);
     Stream *s = static_cast<Stream *>(stream);
-    if (stream == nullptr || st.streams.count(s) == 0) {
+    if (stream == nullptr || Proc().streams.count(s) == 0) {
         return Fail(kRtStreamContext, "aclrtDestroyStream: not a live stream");
     }
     if (s->pending != 0) {
         Count("destroy_stream_with_pending_work");
     }
-    st.streams.erase(s);
+    Proc().streams.erase(s);
     delete s;
     Count("aclrtDestroyStream");
     return kSuccess;
@@ -225,6 +452,7 @@ TASIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream)
     if (!Ready("aclrtSynchronizeStream", &code)) {
         return code;
     }
+    Lock lock(Proc().mu);
     Stream *s = FindStream(stream);
     if (s == nullptr) {
         return Fail(kRtStreamContext, "aclrtSynchronizeStream: not a live stream");
@@ -232,7 +460,7 @@ TASIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream)
     Count("aclrtSynchronizeStream");
     s->pending = 0;
     int32_t injected;
-    if (St().fail_sync.Trip(&injected)) {
+    if (Me().fail_sync.Trip(&injected)) {
         Count("injected_sync_failures");
         return Fail(injected, "aclrtSynchronizeStream: injected asynchronous failure of queued work");
     }
@@ -241,71 +469,18 @@ TASIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream)
 
 TASIM_EXPORT aclError aclrtMalloc(void **devPtr, size_t size, int policy)
 {
-    aclError code;
-    if (!Ready("aclrtMalloc", &code)) {
-        return code;
-    }
-    State &st = St();
-    if (devPtr == nullptr || size == 0) {
-        return Fail(kInvalidParam, "aclrtMalloc: null pointer or zero size");
-    }
-    if (policy < 0 || policy > 7) {
-        return Fail(kInvalidParam, "aclrtMalloc: policy " + std::to_string(policy) + " is not one value of aclrtMemMallocPolicy");
-    }
-    int32_t injected;
-    if (st.fail_malloc.Trip(&injected)) {
-        Count("injected_malloc_failures");
-        return Fail(injected, "aclrtMalloc: injected failure for " + std::to_string(size) + " bytes");
-    }
-    // The A2/A3 rule: size rounded up to 32, plus 32.
-    const uint64_t charged = ((uint64_t(size) + 31) / 32) * 32 + 32;
-    const uint64_t limit = st.capacity > st.system_reserved ? st.capacity - st.system_reserved : 0;
-    const uint64_t free_bytes = limit > st.in_use ? limit - st.in_use : 0;
-    if (charged > free_bytes) {
-        Count("failed_mallocs");
-        return Fail(kRtMemoryAllocation, "aclrtMalloc: out of memory: " + std::to_string(size) + " bytes asked (" +
-                                             std::to_string(charged) + " with padding), " +
-                                             std::to_string(free_bytes) + " free");
-    }
-    void *p = std::aligned_alloc(64, ((charged + 63) / 64) * 64);
-    if (p == nullptr) {
-        return Fail(kRtMemoryAllocation, "aclrtMalloc: the host could not provide " + std::to_string(charged) + " bytes");
-    }
-    // Device memory is not zeroed; a recognisable pattern shows reads of
-    // bytes nobody wrote.
-    std::memset(p, 0xCD, charged);
-    st.allocations[reinterpret_cast<uintptr_t>(p)] = State::Alloc{uint64_t(size), charged};
-    st.in_use += charged;
-    Count("aclrtMalloc");
-    Count(("malloc_policy_" + std::to_string(policy)).c_str());
-    Count("malloc_bytes", charged);
-    if (st.in_use > st.counters["peak_bytes"]) {
-        st.counters["peak_bytes"] = st.in_use;
-    }
-    *devPtr = p;
-    return kSuccess;
+    return Allocate(devPtr, size, policy, false);
 }
 
-TASIM_EXPORT aclError aclrtFree(void *devPtr)
-{
-    State &st = St();
-    auto it = st.allocations.find(reinterpret_cast<uintptr_t>(devPtr));
-    if (devPtr == nullptr || it == st.allocations.end()) {
-        return Fail(kRtMemoryFree, "aclrtFree: not the start of a live allocation");
-    }
-    if (PendingWork() != 0) {
-        // aclrtFree does not wait: queued kernels could still use the memory.
-        Count("free_with_pending_work");
-    }
-    st.in_use -= it->second.charged;
-    st.allocations.erase(it);
-    std::free(devPtr);
-    Count("aclrtFree");
-    return kSuccess;
-}
+TASIM_EXPORT aclError aclrtFree(void *devPtr) { return Release(devPtr, false); }
 
+// A zero count succeeds before any check (memory.cpp, aclrtMemsetImpl).
 TASIM_EXPORT aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
+    if (count == 0) {
+        Count("empty_copies");
+        return kSuccess;
+    }
     aclError code;
     if (!Ready("aclrtMemset", &code)) {
         return code;
@@ -313,7 +488,8 @@ TASIM_EXPORT aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, 
     if (count > maxCount || !IsDevice(devPtr, maxCount)) {
         return Fail(kInvalidParam, "aclrtMemset: range is not inside one device allocation, or count > maxCount");
     }
-    if (PendingWork() != 0) {
+    Lock lock(Proc().mu);
+    if (PendingWork(Me().device) != 0) {
         Count("unsynchronized_copies");
     }
     std::memset(devPtr, value, count);
@@ -321,13 +497,17 @@ TASIM_EXPORT aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, 
     return kSuccess;
 }
 
+// A zero count succeeds before any check (memory.cpp, aclrtMemcpyImpl).
 TASIM_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, int kind)
 {
+    if (count == 0) {
+        Count("empty_copies");
+        return kSuccess;
+    }
     aclError code;
     if (!Ready("aclrtMemcpy", &code)) {
         return code;
     }
-    State &st = St();
     if (dst == nullptr || src == nullptr || count > destMax) {
         return Fail(kInvalidParam, "aclrtMemcpy: null pointer or count > destMax");
     }
@@ -353,11 +533,12 @@ TASIM_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, si
         return Fail(kInvalidParam, "aclrtMemcpy: the device side is not inside one live allocation");
     }
     int32_t injected;
-    if (st.fail_memcpy.Trip(&injected)) {
+    if (Me().fail_memcpy.Trip(&injected)) {
         Count("injected_memcpy_failures");
         return Fail(injected, "aclrtMemcpy: injected copy failure");
     }
-    if (PendingWork() != 0) {
+    Lock lock(Proc().mu);
+    if (PendingWork(Me().device) != 0) {
         // aclrtMemcpy is not ordered with any stream: on a device the
         // queued work may not have run (or may still read the bytes).
         Count("unsynchronized_copies");
@@ -368,6 +549,10 @@ TASIM_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, si
     return kSuccess;
 }
 
+// Device-wide, without the system's reservation; an attribute the device
+// lacks answers free = total = 0 (11-01_device_memory_malloc_and_free.md,
+// aclrtGetMemInfo). The simulated devices have HBM (a 910B): the DDR
+// attributes are the ones they lack.
 TASIM_EXPORT aclError aclrtGetMemInfo(int attr, size_t *free, size_t *total)
 {
     aclError code;
@@ -377,18 +562,25 @@ TASIM_EXPORT aclError aclrtGetMemInfo(int attr, size_t *free, size_t *total)
     if (free == nullptr || total == nullptr || attr < 0 || attr > 17) {
         return Fail(kInvalidParam, "aclrtGetMemInfo: null output or attribute out of range");
     }
-    State &st = St();
-    const uint64_t limit = st.capacity > st.system_reserved ? st.capacity - st.system_reserved : 0;
-    *total = limit;
-    *free = limit > st.in_use ? limit - st.in_use : 0;
+    Lock lock(Proc().mu);
     Count("aclrtGetMemInfo");
     Count(("mem_info_attr_" + std::to_string(attr)).c_str());
+    // ACL_DDR_MEM, ACL_DDR_MEM_HUGE, ACL_DDR_MEM_NORMAL, ACL_DDR_MEM_P2P_*.
+    if (attr == 0 || attr == 2 || attr == 3 || attr == 6 || attr == 7) {
+        *free = 0;
+        *total = 0;
+        return kSuccess;
+    }
+    const Device &d = DeviceOf(Me().device);
+    const uint64_t limit = d.capacity > d.system_reserved ? d.capacity - d.system_reserved : 0;
+    *total = limit;
+    *free = limit > d.in_use ? limit - d.in_use : 0;
     return kSuccess;
 }
 
 // Called by a kernel library's aclrtlaunch_* functions before they run a
-// kernel, as CANN's generated launch code calls into the runtime. Returns
-// non-zero to refuse the launch.
+// kernel, as CANN's generated launch code hands the kernel to the runtime.
+// Returns non-zero to refuse the launch.
 TASIM_EXPORT uint32_t tasim_kernel_launch(void *stream, const char *kernel, uint32_t numBlocks)
 {
     aclError code;
@@ -396,13 +588,14 @@ TASIM_EXPORT uint32_t tasim_kernel_launch(void *stream, const char *kernel, uint
     if (!Ready(("launch of " + name).c_str(), &code)) {
         return static_cast<uint32_t>(code);
     }
+    Lock lock(Proc().mu);
     Stream *s = FindStream(stream);
     if (s == nullptr) {
         Count("bad_streams");
         return static_cast<uint32_t>(Fail(kRtStreamContext, "launch of " + name + ": not a live stream"));
     }
     int32_t injected;
-    if (St().fail_launch.Trip(&injected)) {
+    if (Me().fail_launch.Trip(&injected)) {
         Count("injected_launch_failures");
         return static_cast<uint32_t>(Fail(injected, "launch of " + name + " on " + std::to_string(numBlocks) +
                                                          " cores: injected kernel failure"));
@@ -411,3 +604,14 @@ TASIM_EXPORT uint32_t tasim_kernel_launch(void *stream, const char *kernel, uint
     Count("kernel_launches");
     return 0;
 }
+
+// The simulated launch stubs' scratch buffers: the runtime's own memory
+// (CANN's stubs allocate it with aclrtMalloc, asc-devkit
+// tools/build/asc_rt/ascendc_runtime.cpp AllocAscendMemDevice), counted
+// apart from the application's aclrtMalloc calls.
+TASIM_EXPORT uint32_t tasim_launch_malloc(void **devPtr, uint64_t size, int policy)
+{
+    return static_cast<uint32_t>(Allocate(devPtr, size_t(size), policy, true));
+}
+
+TASIM_EXPORT uint32_t tasim_launch_free(void *devPtr) { return static_cast<uint32_t>(Release(devPtr, true)); }

@@ -1,25 +1,31 @@
 // tasim: a CPU simulation of the parts of the ACL runtime and the aclnn
-// operator library that tensor-arena uses, for testing its Ascend backend
+// operator libraries that tensor-arena uses, for testing its Ascend backend
 // on machines without CANN or an NPU. Host memory stands in for HBM.
 //
-// All state is per calling thread: each OS thread sees its own simulated
-// process (initialisation, device, memory, streams, counters, faults), so
-// tests running in parallel threads never see each other. An ACL context is
-// per thread on a real device too; the backend keeps each device on the
-// thread that opened it.
+// State is split the way a real process splits it (README.md, "Process and
+// threads"): initialisation, devices (their memory, reference counts and
+// default streams), allocations and streams belong to the process and are
+// shared by every thread; the current device, the error-message stack, the
+// counters and the armed faults belong to the calling thread, so tests
+// running in parallel threads share one simulated HBM but each sees its own
+// counters and trips only its own faults.
 #ifndef TASIM_H
 #define TASIM_H
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #if defined(__GNUC__)
 #define TASIM_EXPORT extern "C" __attribute__((visibility("default")))
+#define TASIM_SHARED __attribute__((visibility("default")))
 #else
 #define TASIM_EXPORT extern "C"
+#define TASIM_SHARED
 #endif
 
 typedef int aclError;
@@ -28,21 +34,31 @@ typedef void *aclrtStream;
 
 namespace tasim {
 
-// Codes from acl_base_rt.h, rt_error_codes.h and the aclnn docs.
+// Codes from acl_base_rt.h, error_codes/rt_error_codes.h and the aclnn
+// return-code table (hicann/opbase docs/en/api/nnopbase/opdev/aclnn_return_code/).
 constexpr aclError kSuccess = 0;
-constexpr aclError kInvalidParam = 100000;      // ACL_ERROR_INVALID_PARAM
-constexpr aclError kUninitialize = 100001;      // ACL_ERROR_UNINITIALIZE
-constexpr aclError kRepeatInitialize = 100002;  // ACL_ERROR_REPEAT_INITIALIZE
-constexpr aclError kRepeatFinalize = 100037;    // ACL_ERROR_REPEAT_FINALIZE
-constexpr aclError kRtParamInvalid = 107000;    // ACL_ERROR_RT_PARAM_INVALID
-constexpr aclError kRtInvalidDeviceId = 107001; // ACL_ERROR_RT_INVALID_DEVICEID
-constexpr aclError kRtContextNull = 107002;     // ACL_ERROR_RT_CONTEXT_NULL
-constexpr aclError kRtStreamContext = 107003;   // ACL_ERROR_RT_STREAM_CONTEXT
+constexpr aclError kInvalidParam = 100000;       // ACL_ERROR_INVALID_PARAM
+constexpr aclError kUninitialize = 100001;       // ACL_ERROR_UNINITIALIZE
+constexpr aclError kRepeatInitialize = 100002;   // ACL_ERROR_REPEAT_INITIALIZE
+constexpr aclError kRepeatFinalize = 100037;     // ACL_ERROR_REPEAT_FINALIZE
+constexpr aclError kRtParamInvalid = 107000;     // ACL_ERROR_RT_PARAM_INVALID
+constexpr aclError kRtInvalidDeviceId = 107001;  // ACL_ERROR_RT_INVALID_DEVICEID
+constexpr aclError kRtContextNull = 107002;      // ACL_ERROR_RT_CONTEXT_NULL
+constexpr aclError kRtStreamContext = 107003;    // ACL_ERROR_RT_STREAM_CONTEXT
 constexpr aclError kRtMemoryAllocation = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
-constexpr aclError kRtMemoryFree = 207002;      // ACL_ERROR_RT_MEMORY_FREE
-constexpr aclnnStatus kNnParamNullptr = 161001; // ACLNN_ERR_PARAM_NULLPTR
-constexpr aclnnStatus kNnParamInvalid = 161002; // ACLNN_ERR_PARAM_INVALID
-constexpr aclnnStatus kNnRuntimeError = 361001; // ACLNN_ERR_RUNTIME_ERROR
+constexpr aclError kRtMemoryFree = 207002;       // ACL_ERROR_RT_MEMORY_FREE
+constexpr aclnnStatus kNnParamNullptr = 161001;  // ACLNN_ERR_PARAM_NULLPTR
+constexpr aclnnStatus kNnParamInvalid = 161002;  // ACLNN_ERR_PARAM_INVALID
+constexpr aclnnStatus kNnRuntimeError = 361001;  // ACLNN_ERR_RUNTIME_ERROR
+constexpr aclnnStatus kNnInner = 561000;         // ACLNN_ERR_INNER
+constexpr aclnnStatus kNnInnerNullptr = 561103;  // ACLNN_ERR_INNER_NULLPTR
+
+// aclrtMemMallocPolicy values (acl_rt.h).
+constexpr int kHugeFirst = 0, kHugeOnly = 1, kNormalOnly = 2, kHugeFirstP2p = 3, kHugeOnlyP2p = 4,
+              kNormalOnlyP2p = 5, kHuge1gOnly = 6, kHuge1gOnlyP2p = 7;
+
+constexpr uint64_t kMiB = uint64_t(1) << 20;
+constexpr uint64_t kGiB = uint64_t(1) << 30;
 
 // One armed fault: the `countdown`-th matching call from when it was armed
 // fails with `code`.
@@ -64,57 +80,89 @@ struct Fault {
 };
 
 struct Stream {
+    int32_t device = 0;
+    uint64_t owner = 0; // creating thread
     // Work queued since the last synchronisation. Everything executes at
     // once on the CPU; the count only exists to catch reads of results
     // that a real device may not have produced yet.
     uint64_t pending = 0;
 };
 
-struct State {
-    bool initialized = false;
-    int32_t device = -1;
-    std::map<int32_t, int64_t> device_refs;
-    uint32_t device_count = 1;
-    uint32_t vector_cores = 8;
-    uint64_t capacity = uint64_t(1) << 30;
-    uint64_t system_reserved = 0;
-    uint64_t in_use = 0;
-    struct Alloc {
-        uint64_t size;    // bytes asked for (the range kernels may touch)
-        uint64_t charged; // bytes taken from capacity (ACL's +32 rule)
-    };
-    // Live allocations by start address.
-    std::map<uintptr_t, Alloc> allocations;
-    std::set<Stream *> streams;
+// One simulated NPU: its memory and the default context every thread that
+// sets it shares.
+struct Device {
+    uint64_t capacity = 64 * kGiB;          // an Atlas 800T A2 910B2: 64 GB HBM
+    uint64_t system_reserved = 300 * kMiB;  // the system's share, not reported
+    uint64_t in_use = 0;                    // bytes charged by live allocations
+    uint64_t peak = 0;
+    uint32_t vector_cores = 48;             // 910B2 vector_core_cnt
+    int64_t refs = 0;                       // aclrtSetDevice minus aclrtResetDevice, process-wide
     Stream default_stream;
-    std::map<std::string, uint64_t> counters;
-    Fault fail_malloc, fail_memcpy, fail_launch, fail_op, fail_sync;
-    std::string last_error;
-    std::string returned_error;
-
-    ~State();
 };
 
-State &St();
+struct Alloc {
+    uint64_t size;    // bytes asked for (the range kernels may touch)
+    uint64_t charged; // bytes taken from the device (alignment, pages)
+    int32_t device;
+    uint64_t owner;   // allocating thread
+    bool launch;      // a launch stub's scratch buffer
+};
 
-// Adds to a named counter (see README.md for the names).
-inline void Count(const char *name, uint64_t n = 1) { St().counters[name] += n; }
+// What the process shares. Every access holds `mu`.
+struct Process {
+    std::recursive_mutex mu;
+    int64_t init_refs = 0;     // aclInit calls not yet finalised
+    uint32_t device_count = 8; // an 8-NPU server
+    std::map<int32_t, Device> devices;
+    std::map<uintptr_t, Alloc> allocations;
+    std::set<Stream *> streams;
+    std::set<const void *> executors;
+    ~Process();
+};
 
-// Records `message` as the recent error message and returns `code`.
-int32_t Fail(int32_t code, const std::string &message);
+// What belongs to the calling thread.
+struct Thread {
+    uint64_t id = 0;
+    int32_t device = -1; // set by aclrtSetDevice on this thread
+    std::map<int32_t, int64_t> device_refs; // this thread's sets minus resets
+    std::map<std::string, uint64_t> counters;
+    Fault fail_malloc, fail_memcpy, fail_launch, fail_op, fail_sync, fail_launch_malloc, refuse_repeatable;
+    std::vector<std::string> errors; // oldest first; aclGetRecentErrMsg returns newest first
+    std::string returned;            // what the last aclGetRecentErrMsg handed out
+};
+
+TASIM_SHARED Process &Proc();
+TASIM_SHARED Thread &Me();
+TASIM_SHARED Device &DeviceOf(int32_t id); // caller holds Proc().mu
+
+// Adds to a named counter of this thread (see README.md for the names).
+inline void Count(const char *name, uint64_t n = 1) { Me().counters[name] += n; }
+
+// Pushes `message` on this thread's error stack and returns `code`.
+TASIM_SHARED int32_t Fail(int32_t code, const std::string &message);
 
 // Whether [p, p + bytes) lies inside one live allocation.
-bool IsDevice(const void *p, uint64_t bytes);
+TASIM_SHARED bool IsDevice(const void *p, uint64_t bytes);
 
-// The stream `s` names (null: the default stream), or null if it is not live.
-Stream *FindStream(aclrtStream s);
+// The stream `s` names (null: the current device's default stream), or
+// null if it is not live. Caller holds Proc().mu.
+TASIM_SHARED Stream *FindStream(aclrtStream s);
 
-// Work queued on any stream and not yet synchronised.
-uint64_t PendingWork();
+// Work the calling thread queued on its streams of `device` and has not
+// synchronised (what one of its copies or frees could race with; other
+// threads' streams work on their own memory). Caller holds Proc().mu.
+TASIM_SHARED uint64_t PendingWork(int32_t device);
 
 // Whether ACL is initialised and a device set on this thread; if not,
 // records the error and stores its code in *code.
-bool Ready(const char *op, aclError *code);
+TASIM_SHARED bool Ready(const char *op, aclError *code);
+
+// Bytes an allocation of `size` with `policy` takes from the device.
+TASIM_SHARED uint64_t Charged(uint64_t size, int policy);
+
+// The allocation behind aclrtMalloc and the launch stubs' scratch buffers.
+TASIM_SHARED aclError Allocate(void **devPtr, size_t size, int policy, bool launch);
+TASIM_SHARED aclError Release(void *devPtr, bool launch);
 
 } // namespace tasim
 

@@ -13,11 +13,10 @@
 //! buffer sharing those bytes, or in the next step — shows up. Off by
 //! default; when off, the hot path pays one branch per lease.
 
-use std::fmt;
-
 use super::Arena;
 use super::book::Slot;
 use crate::device::Device;
+use crate::error::GuardViolation;
 use crate::plan::LifetimeKind;
 
 /// The byte guard regions are filled with.
@@ -44,47 +43,6 @@ impl ArenaOptions {
         ArenaOptions {
             checked: std::env::var("TENSOR_ARENA_CHECKED").is_ok_and(|v| v == "1"),
         }
-    }
-}
-
-/// A write past a buffer's capacity, found in its guard bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuardViolation {
-    /// The buffer that overran.
-    pub buffer: String,
-    /// Its capacity in bytes (padded shape).
-    pub capacity_bytes: usize,
-    /// How far past the capacity the last modified guard byte lies.
-    pub overrun_bytes: usize,
-    /// Slab offset of the first guard byte.
-    pub guard_offset: usize,
-    /// The lease that wrote last: its number (counting this buffer's
-    /// leases from 1), the step it was made in, its phase, and the number
-    /// of elements its view held when it ended.
-    pub lease: u64,
-    /// Step number of that lease (0 for the first step).
-    pub step: u64,
-    /// Phase name of that lease.
-    pub phase: String,
-    /// Elements in that lease's view when it ended.
-    pub view_elements: usize,
-}
-
-impl fmt::Display for GuardViolation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "buffer '{}' was written {} byte(s) past its {}-byte capacity (guard at slab offset {}); \
-             last written through lease #{} in step {}, phase '{}', view of {} element(s)",
-            self.buffer,
-            self.overrun_bytes,
-            self.capacity_bytes,
-            self.guard_offset,
-            self.lease,
-            self.step,
-            self.phase,
-            self.view_elements
-        )
     }
 }
 

@@ -1,16 +1,22 @@
 //! The arena: one slab reserved once, leased every step.
 #![deny(unsafe_code)]
 
+// `Lease::tensor` and `Step::aclnn` for the Ascend backend.
+mod ascend_ops;
 mod book;
 mod checked;
+// Leases as slices and ndarray views of host-accessible slabs.
+#[allow(unsafe_code)]
+mod host_view;
 mod lease;
-mod ops;
+mod lease_kernels;
 mod stats;
 mod step;
 
-pub use checked::{ArenaOptions, GUARD_BYTE, GuardViolation, POISON_BYTE};
+pub use crate::error::GuardViolation;
+pub use checked::{ArenaOptions, GUARD_BYTE, POISON_BYTE};
 pub use lease::Lease;
-pub use ops::DropoutMask;
+pub use lease_kernels::DropoutMask;
 pub use stats::ArenaStats;
 pub use step::Step;
 
@@ -22,7 +28,7 @@ use crate::device::{Device, Slab};
 use crate::dtype::Element;
 use crate::error::{Available, Error, Result};
 use crate::ops::RngState;
-use crate::plan::{Buffer, Plan};
+use crate::plan::{Buffer, BufferId, Plan};
 
 /// Owns a plan, the one slab that holds it, and the lease state.
 ///
@@ -126,8 +132,47 @@ impl<D: Device> Arena<D> {
             .read(&self.slab, offset, bytemuck::cast_slice_mut(out))
     }
 
+    /// Copies raw bytes into the start of buffer `id`, outside any step:
+    /// the untyped [`Arena::write`], for tools that move buffers whatever
+    /// their element type (checkpoints, the recorder). `bytes` may be
+    /// shorter than the buffer.
+    ///
+    /// ```
+    /// use tensor_arena::{Arena, HostDevice, Planner};
+    /// let mut p = Planner::new();
+    /// let w = p.persistent::<f32>("w", &[4])?;
+    /// let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
+    /// arena.write_bytes(w.id(), bytemuck::cast_slice(&[1.5f32, 2.5]))?;
+    /// let mut back = [0u8; 8];
+    /// arena.read_bytes(w.id(), &mut back)?;
+    /// assert_eq!(bytemuck::cast_slice::<u8, f32>(&back), [1.5, 2.5]);
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn write_bytes(&mut self, id: BufferId, bytes: &[u8]) -> Result<()> {
+        let offset = self.check_byte_copy(id, bytes.len())?;
+        self.device.write(&self.slab, offset, bytes)
+    }
+
+    /// Copies the first `out.len()` bytes of buffer `id` into `out`,
+    /// outside any step (a step borrows the arena exclusively): the untyped
+    /// [`Arena::read`].
+    pub fn read_bytes(&self, id: BufferId, out: &mut [u8]) -> Result<()> {
+        let offset = self.check_byte_copy(id, out.len())?;
+        self.device.read(&self.slab, offset, out)
+    }
+
+    fn check_byte_copy(&self, id: BufferId, len: usize) -> Result<usize> {
+        let size = self.plan.buffer(id)?.dtype().size();
+        self.check_elements(id, len.div_ceil(size))
+    }
+
     fn check_copy<T: Element>(&self, buffer: Buffer<T>, elements: usize) -> Result<usize> {
-        let b = self.plan.buffer(buffer.id)?;
+        self.check_elements(buffer.id, elements)
+    }
+
+    /// The buffer's slab offset, if `elements` fit its capacity.
+    fn check_elements(&self, id: BufferId, elements: usize) -> Result<usize> {
+        let b = self.plan.buffer(id)?;
         if elements > b.capacity() {
             return Err(Error::ViewTooLarge {
                 buffer: b.name().to_owned(),

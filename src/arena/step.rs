@@ -53,8 +53,8 @@ impl<'a, D: Device> Step<'a, D> {
             Some(buffer) => self.lease(buffer),
             None => Err(Error::DTypeMismatch {
                 buffer: planned.name().to_owned(),
-                declared: planned.dtype(),
-                requested: T::DTYPE,
+                declared: planned.dtype().name(),
+                requested: T::DTYPE.name(),
             }),
         }
     }

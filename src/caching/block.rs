@@ -37,6 +37,10 @@ pub(super) struct Block {
     pub next: u32,
     pub generation: u32,
     pub live: bool,
+    /// The pool's `get_free_block` count when the block last entered the
+    /// pool: its age for garbage collection is the count now minus this
+    /// (`gc_count` in torch_npu, `gc_count_base` in PyTorch).
+    pub gc_base: u64,
 }
 
 impl Block {
@@ -127,4 +131,6 @@ pub(super) struct Pool {
     pub blocks: BTreeSet<SizeKey>,
     /// Unmapped ranges of expandable segments.
     pub unmapped: BTreeSet<AddrKey>,
+    /// Searches of this pool so far (`get_free_blocks_call_count`).
+    pub gc_calls: u64,
 }

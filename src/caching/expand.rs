@@ -97,6 +97,7 @@ impl CachingAllocator {
             next: NONE,
             generation: 0,
             live: true,
+            gc_base: 0,
         });
         self.insert_unmapped(index);
         index

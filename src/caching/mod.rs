@@ -13,6 +13,8 @@ mod block;
 mod check;
 mod config;
 mod expand;
+mod gc;
+mod layout;
 mod model;
 mod release;
 pub mod rules;
@@ -20,7 +22,8 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
-pub use config::{CachingConfig, max_split_size_bytes};
+pub use config::{CachingConfig, GcThreshold, max_split_size_bytes};
 pub use expand::UNLIMITED_DEVICE_BYTES;
+pub use layout::{BlockState, BlockView, SegmentView};
 pub use model::{BlockId, CachingAllocator, OutOfMemory};
 pub use stats::{CachingStats, Stat};

@@ -14,10 +14,16 @@ use super::stats::CachingStats;
 use crate::units::format_bytes;
 
 /// A block handed out by [`CachingAllocator::malloc`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct BlockId {
     index: u32,
     generation: u32,
+}
+
+impl BlockId {
+    pub(super) fn new(index: u32, generation: u32) -> BlockId {
+        BlockId { index, generation }
+    }
 }
 
 /// Why an allocation failed: torch's "NPU out of memory" error, with the
@@ -72,12 +78,17 @@ impl std::error::Error for OutOfMemory {}
 /// refuses a new segment, the allocator frees oversize cached segments
 /// (with `max_split_size`), then every unsplit cached segment, and retries
 /// once; then it reports out of memory. With expandable segments, each pool
-/// and stream has one segment that grows by mapping pages.
+/// and stream has one segment that grows by mapping pages. With
+/// `garbage_collection_threshold` and a capacity, a request that finds no
+/// cached block first frees old whole cached large segments while the
+/// reserved bytes exceed the threshold (see `garbage_collect_cached_blocks`
+/// in `gc.rs`).
 ///
 /// Addresses are modelled: segments are laid out from 0 upwards, 2 MiB
 /// aligned. Not modelled: events from `record_stream` (a freed block is
-/// reusable at once), the garbage collector (it needs a memory fraction),
-/// graph pools and the 1 GiB page option of newer torch_npu.
+/// reusable at once), graph pools, the options listed as not modelled by
+/// [`CachingConfig::from_alloc_conf`] and the 1 GiB page option of newer
+/// torch_npu.
 ///
 /// ```
 /// use tensor_arena::caching::{CachingAllocator, CachingConfig};
@@ -119,6 +130,15 @@ impl CachingAllocator {
     /// The settings this allocator runs with.
     pub fn config(&self) -> &CachingConfig {
         &self.config
+    }
+
+    /// Continues with another device capacity: what a replay at a smaller
+    /// capacity would have done, as long as the reserved bytes never went
+    /// above it (and, with a garbage-collection threshold, never above the
+    /// threshold either). Not for expandable segments, whose address space
+    /// is sized from the capacity when they are made.
+    pub(crate) fn set_capacity(&mut self, capacity: Option<u64>) {
+        self.config.capacity = capacity;
     }
 
     /// Counters as of now.
@@ -168,6 +188,7 @@ impl CachingAllocator {
         let alloc_size = allocation_size(size);
         let mut found = self.get_free_block(small, stream, size);
         if found.is_none() {
+            self.garbage_collect_cached_blocks();
             found = self.alloc_block(small, stream, size, alloc_size, false);
             if found.is_none() && self.release_available_cached_blocks(small, stream, size) {
                 found = self.alloc_block(small, stream, size, alloc_size, false);
@@ -247,7 +268,10 @@ impl CachingAllocator {
     pub(super) fn insert_free(&mut self, index: u32) {
         let b = &self.blocks[index];
         let (key, small) = (b.size_key(index), b.small);
-        self.pool_mut(small).blocks.insert(key);
+        let pool = self.pool_mut(small);
+        pool.blocks.insert(key);
+        let calls = pool.gc_calls;
+        self.blocks[index].gc_base = calls;
     }
 
     pub(super) fn remove_free(&mut self, index: u32) {
@@ -283,6 +307,10 @@ impl CachingAllocator {
     /// rules; with expandable segments, a block whose growth room makes it
     /// look larger gives way to a tighter one.
     fn get_free_block(&mut self, small: bool, stream: u32, size: u64) -> Option<u32> {
+        // Every search ages the pool's cached blocks by one (torch_npu
+        // counts only while garbage collection is on; the ages are read
+        // only then).
+        self.pool_mut(small).gc_calls += 1;
         let pool = self.pool(small);
         let mut candidates = pool.blocks.range((stream, size, 0, 0)..);
         let mut key = *candidates.next()?;
@@ -373,6 +401,7 @@ impl CachingAllocator {
             next: NONE,
             generation: 0,
             live: true,
+            gc_base: 0,
         }))
     }
 

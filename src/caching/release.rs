@@ -82,7 +82,7 @@ impl CachingAllocator {
     }
 
     /// `release_block`: `aclrtFree` of a whole cached segment.
-    fn release_block(&mut self, index: u32) {
+    pub(super) fn release_block(&mut self, index: u32) {
         self.remove_free(index);
         let size = self.blocks[index].size;
         let s = &mut self.stats;

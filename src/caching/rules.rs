@@ -1,5 +1,6 @@
 //! Size rules of the torch_npu caching allocator
-//! (`torch_npu/csrc/core/npu/NPUCachingAllocator.cpp`; see ASCEND.md).
+//! (`torch_npu/csrc/core/npu/NPUCachingAllocator.cpp` in Ascend/pytorch;
+//! `docs/ascend.md#torch_npu-caching-allocator-size-rules`).
 
 /// Every block is rounded to at least 512 bytes.
 pub const K_MIN_BLOCK_SIZE: u64 = 512;

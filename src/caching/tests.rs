@@ -273,3 +273,91 @@ fn expandable_out_of_memory_unmaps_free_pages_first() {
     assert_eq!(s.num_alloc_retries, 1);
     checked(&a);
 }
+
+fn with_gc(capacity_mib: u64, threshold: f64) -> CachingAllocator {
+    alloc(CachingConfig {
+        capacity: Some(capacity_mib * MIB),
+        garbage_collection_threshold: Some(GcThreshold::new(threshold).unwrap()),
+        ..CachingConfig::default()
+    })
+}
+
+/// Two 30 MiB blocks (32 MiB segments each, not split: 32 MiB less
+/// 30 MiB + 512 is less than 1 MiB), a 12 MiB block (a 14 MiB segment) freed and
+/// reused twice, then the two 30 MiB ones freed at different ages. Returns
+/// the allocator with 78 MiB cached: the first 32 MiB segment (age 3), the
+/// 14 MiB one and the second 32 MiB one (age 1 each).
+fn aged_cache(mut a: CachingAllocator) -> CachingAllocator {
+    let x = a.malloc(30 * MIB).unwrap(); // large-pool search 1
+    let y = a.malloc(30 * MIB).unwrap(); // 2
+    let e = a.malloc(12 * MIB).unwrap(); // 3
+    a.free(x); // cached after 3 searches
+    a.free(e);
+    for _ in 0..2 {
+        let again = a.malloc(12 * MIB).unwrap(); // 4, 5: reuses e's segment
+        a.free(again);
+    }
+    a.free(y); // cached after 5 searches
+    assert_eq!(a.stats().reserved_bytes.current, 78 * MIB);
+    assert_eq!(a.stats().segment.current, 3);
+    a
+}
+
+#[test]
+fn garbage_collection_frees_the_oldest_cached_segments_first() {
+    // Threshold 0.5 of 100 MiB: 78 MiB reserved exceeds 50 MiB by 28 MiB.
+    // 40 MiB + 512 fits no cached block (search 6), so the collector runs:
+    // ages 3 (x), 1 (e), 1 (y), average 5/3; only x's segment qualifies,
+    // and its 32 MiB cover the 28 MiB. 46 + 42 MiB then fit in 100 MiB.
+    let mut a = aged_cache(with_gc(100, 0.5));
+    a.malloc(40 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes.current, (46 + 42) * MIB);
+    assert_eq!((s.num_device_free, s.num_alloc_retries), (1, 0));
+    let starts: Vec<u64> = a.segments().iter().map(|g| g.blocks[0].address).collect();
+    assert_eq!(
+        starts,
+        vec![32 * MIB, 64 * MIB, 78 * MIB],
+        "x's segment at 0 went"
+    );
+    checked(&a);
+}
+
+#[test]
+fn garbage_collection_repeats_with_a_new_average() {
+    // Threshold 0.3: 78 - 30 = 48 MiB to free. Pass 1 frees x (32 MiB);
+    // pass 2 averages the other two (age 1 each) and frees both.
+    let mut a = aged_cache(with_gc(100, 0.3));
+    a.malloc(40 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes.current, 42 * MIB);
+    assert_eq!((s.num_device_free, s.num_alloc_retries), (3, 0));
+    checked(&a);
+}
+
+#[test]
+fn without_garbage_collection_the_cache_goes_only_on_retry() {
+    // The same requests with no threshold: 78 + 42 > 100, so every unsplit
+    // cached segment is released and the allocation retried.
+    let mut a = aged_cache(alloc(CachingConfig {
+        capacity: Some(100 * MIB),
+        ..CachingConfig::default()
+    }));
+    a.malloc(40 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes.current, 42 * MIB);
+    assert_eq!((s.num_device_free, s.num_alloc_retries), (3, 1));
+    // Below the threshold (0.5 of 200 MiB: 78 <= 100) the cache stays.
+    let mut b = aged_cache(with_gc(200, 0.5));
+    b.malloc(40 * MIB).unwrap();
+    assert_eq!(b.stats().reserved_bytes.current, 120 * MIB);
+    assert_eq!(b.stats().num_device_free, 0);
+    // And without a capacity (no memory fraction) it never runs.
+    let mut c = aged_cache(alloc(CachingConfig {
+        garbage_collection_threshold: Some(GcThreshold::new(0.1).unwrap()),
+        ..CachingConfig::default()
+    }));
+    c.malloc(40 * MIB).unwrap();
+    assert_eq!(c.stats().num_device_free, 0);
+    checked(&c);
+}

@@ -5,23 +5,26 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use tensor_arena::caching::{CachingConfig, max_split_size_bytes};
+use tensor_arena::caching::{CachingConfig, GcThreshold, max_split_size_bytes};
 use tensor_arena::diag::{
-    DiagnoseOptions, ReadOptions, SyntheticConfig, Trace, TraceFormat, diagnose, synthetic,
-    timeline_svg,
+    DEFAULT_WINDOW, DiagnoseOptions, ReadOptions, SweepOptions, SyntheticConfig, Trace,
+    TraceFormat, diagnose, synthetic, timeline_svg,
 };
 use tensor_arena::units::parse_bytes;
 use tensor_arena::{Error, Result};
 
 /// Replay an allocation trace through a model of the torch_npu caching
-/// allocator and through the planner; report peak reserved vs allocated,
-/// fragmentation, segments, the smallest capacity each needs, and the
-/// arena's footprint.
+/// allocator and through the planner: peak reserved vs allocated, the
+/// smallest capacity that survives and the out-of-memory capacities above
+/// it, the gap split into hard / soft / stream fragmentation with the
+/// sites that pin it, and the arena's footprint; with --sweep, a grid of
+/// PYTORCH_NPU_ALLOC_CONF settings and a recommendation.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// Trace file: a PyTorch / torch_npu memory snapshot pickle
-    /// (`_dump_snapshot`), CSV (`alloc,ID,SIZE[,STREAM]` / `free,ID`) or
-    /// JSON lines.
+    /// (`_dump_snapshot`, or torch_npu's `oom_snapshot_*.pickle`), CSV
+    /// (`alloc,ID,SIZE[,STREAM]` / `free,ID[,SIZE]`, header line optional)
+    /// or JSON lines; any of them may be gzip-compressed.
     #[arg(required_unless_present = "synthetic", conflicts_with = "synthetic")]
     trace: Option<PathBuf>,
     /// Trace format (default: from the file name, else the content).
@@ -32,18 +35,45 @@ pub struct ReplayArgs {
     #[arg(long)]
     device: Option<usize>,
     /// Device memory for the model, e.g. `32GiB` (default: unlimited).
+    /// With a garbage-collection threshold it is also the allowed maximum
+    /// the threshold is a fraction of.
     #[arg(long, value_name = "BYTES", value_parser = capacity)]
     capacity: Option<u64>,
+    /// The modelled allocator's settings as a PYTORCH_NPU_ALLOC_CONF value,
+    /// e.g. `max_split_size_mb:128,garbage_collection_threshold:0.6`.
+    #[arg(long, value_name = "CONF", conflicts_with_all = ["max_split_size_mb", "garbage_collection_threshold", "expandable_segments"])]
+    alloc_conf: Option<String>,
     /// `max_split_size_mb` of the modelled allocator (more than 20).
     #[arg(long, value_name = "N")]
     max_split_size_mb: Option<u64>,
+    /// `garbage_collection_threshold` of the modelled allocator (between 0
+    /// and 1; acts only with --capacity).
+    #[arg(long, value_name = "T")]
+    garbage_collection_threshold: Option<f64>,
     /// Model `expandable_segments:True`.
     #[arg(long)]
     expandable_segments: bool,
+    /// Replay a grid of PYTORCH_NPU_ALLOC_CONF settings and recommend the
+    /// one with the smallest safe capacity.
+    #[arg(long)]
+    sweep: bool,
+    /// max_split_size_mb values for --sweep.
+    #[arg(long, value_name = "MB,..", value_delimiter = ',', requires = "sweep")]
+    sweep_max_split_mb: Option<Vec<u64>>,
+    /// garbage_collection_threshold values for --sweep.
+    #[arg(long, value_name = "T,..", value_delimiter = ',', requires = "sweep")]
+    sweep_gc: Option<Vec<f64>>,
+    /// Scan at least this much above the smallest surviving capacity for
+    /// capacities that still run out of memory (default 64MiB).
+    #[arg(long, value_name = "BYTES", value_parser = capacity)]
+    window: Option<u64>,
+    /// Allocation sites listed per explanation (snapshots with frames).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    top: usize,
     /// Write the timeline as SVG to this file.
     #[arg(long, value_name = "OUT")]
     svg: Option<PathBuf>,
-    /// Print the diagnosis as JSON instead of a table.
+    /// Print the diagnosis as JSON instead of a report.
     #[arg(long)]
     json: bool,
     /// Replay a synthetic training trace of this many steps instead of a
@@ -56,7 +86,7 @@ pub struct ReplayArgs {
     /// Also write the trace in the CSV event format to this file.
     #[arg(long, value_name = "OUT")]
     save_trace: Option<PathBuf>,
-    /// Skip the bisection for the model's smallest capacity.
+    /// Skip the capacity scan of the configured setting.
     #[arg(long)]
     no_search: bool,
 }
@@ -74,17 +104,30 @@ fn capacity(text: &str) -> std::result::Result<u64, String> {
     })
 }
 
+fn config(args: &ReplayArgs) -> Result<CachingConfig> {
+    let mut config = match &args.alloc_conf {
+        Some(conf) => CachingConfig::from_alloc_conf(conf)?,
+        None => CachingConfig {
+            max_split_size: args
+                .max_split_size_mb
+                .map(max_split_size_bytes)
+                .transpose()?,
+            garbage_collection_threshold: args
+                .garbage_collection_threshold
+                .map(GcThreshold::new)
+                .transpose()?,
+            expandable_segments: args.expandable_segments,
+            ..CachingConfig::default()
+        },
+    };
+    config.capacity = args.capacity;
+    config.validate()?;
+    Ok(config)
+}
+
 /// Runs the subcommand.
 pub fn run(args: ReplayArgs) -> Result<()> {
-    let config = CachingConfig {
-        capacity: args.capacity,
-        max_split_size: args
-            .max_split_size_mb
-            .map(max_split_size_bytes)
-            .transpose()?,
-        expandable_segments: args.expandable_segments,
-    };
-    config.validate()?;
+    let config = config(&args)?;
     let trace = match (&args.trace, args.synthetic) {
         (_, Some(steps)) => synthetic(&SyntheticConfig {
             steps,
@@ -113,14 +156,33 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     if let Some(out) = &args.save_trace {
         write(out, trace.to_csv().as_bytes())?;
     }
+    let window = args.window.unwrap_or(DEFAULT_WINDOW);
+    let sweep = args.sweep.then(|| {
+        let d = SweepOptions::default();
+        SweepOptions {
+            max_split_size_mb: args
+                .sweep_max_split_mb
+                .clone()
+                .unwrap_or(d.max_split_size_mb),
+            garbage_collection_thresholds: args
+                .sweep_gc
+                .clone()
+                .unwrap_or(d.garbage_collection_thresholds),
+            expandable_segments: true,
+            window,
+        }
+    });
     let d = diagnose(
         &trace,
         &DiagnoseOptions {
             config,
             search_min_capacity: !args.no_search,
+            window,
+            top_sites: args.top,
+            sweep,
             ..DiagnoseOptions::default()
         },
-    );
+    )?;
     if let Some(out) = &args.svg {
         write(out, timeline_svg(&d, 960, 600)?.as_bytes())?;
     }
@@ -146,19 +208,13 @@ pub fn run(args: ReplayArgs) -> Result<()> {
 fn print_out(text: &str) -> Result<()> {
     use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Io {
-            path: "<stdout>".to_owned(),
-            operation: "write",
-            message: e.to_string(),
-        }),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::io("write", "<stdout>", &e))
+        }
         _ => Ok(()),
     }
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| Error::Io {
-        path: path.display().to_string(),
-        operation: "write",
-        message: e.to_string(),
-    })
+    std::fs::write(path, bytes).map_err(|e| Error::io("write", path, &e))
 }

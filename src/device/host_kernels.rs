@@ -1,12 +1,12 @@
 //! Running the reference kernels on the host device: regions to slices,
 //! CPU-feature dispatch, and optional threads.
 
-use super::cpu::run;
 use super::host::{HostDevice, HostSlab};
-use super::launch::check_launch;
+use super::launch_checks::check_launch;
 use super::{Device, Kernels, Region, Slab};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::cpu_dispatch::run;
 use crate::ops::{Float, Kernel};
 use half::{bf16, f16};
 

@@ -1,13 +1,18 @@
 //! The project's own event formats, and reading a trace file of any
 //! supported format.
 //!
-//! CSV, one event a line (`#` starts a comment, blank lines are skipped, an
-//! optional header line starts with `action`):
+//! CSV, one event a line (`#` starts a comment, blank lines are skipped):
 //!
 //! ```text
 //! alloc,ID,SIZE[,STREAM]
-//! free,ID
+//! free,ID[,SIZE[,STREAM]]
 //! ```
+//!
+//! A first line whose fields are all names (no number among them) is a
+//! header: `op,id,size` or `action,id,size,stream` as exported by most
+//! tools. Its columns are matched by name (`action`/`op`/`event`/`kind`/
+//! `type`; `id`/`ptr`/`addr`/`address`/`handle`; `size`/`bytes`/`nbytes`;
+//! `stream`), so they may come in any order; other columns are ignored.
 //!
 //! JSON lines, one object a line:
 //!
@@ -17,8 +22,14 @@
 //! ```
 //!
 //! IDs are any text (or numbers in JSON); an ID may be reused after its
-//! free. Sizes are requested bytes.
+//! free. Sizes are requested bytes. A free that names a size (or stream)
+//! must name the allocation's: a different one is an error that names the
+//! line.
+//!
+//! Any input may be gzip-compressed (with the `pickle` feature, which
+//! brings the decompressor); it is decompressed as it is read.
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -29,7 +40,7 @@ use crate::error::{Error, Result};
 /// Formats a trace file can be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TraceFormat {
-    /// `alloc,ID,SIZE[,STREAM]` / `free,ID` lines.
+    /// `alloc,ID,SIZE[,STREAM]` / `free,ID[,SIZE[,STREAM]]` lines.
     Csv,
     /// One JSON object a line.
     JsonLines,
@@ -37,15 +48,21 @@ pub enum TraceFormat {
     Snapshot,
 }
 
+/// The two bytes every gzip stream starts with.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
 impl TraceFormat {
-    /// Guesses the format from the file name, else from the first bytes:
-    /// a pickle starts with byte 0x80, JSON lines with `{`.
+    /// Guesses the format from the file name (a `.gz` suffix is looked
+    /// through), else from the first bytes: a pickle starts with byte 0x80,
+    /// JSON lines with `{`.
     pub fn detect(path: &Path, bytes: &[u8]) -> TraceFormat {
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        match ext.as_deref() {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        let name = name.strip_suffix(".gz").unwrap_or(&name);
+        let ext = Path::new(name).extension().and_then(|e| e.to_str());
+        match ext {
             Some("pickle" | "pkl") => return TraceFormat::Snapshot,
             Some("jsonl" | "ndjson" | "json") => return TraceFormat::JsonLines,
             Some("csv") => return TraceFormat::Csv,
@@ -70,50 +87,91 @@ pub struct ReadOptions {
 }
 
 impl Trace {
-    /// Reads a trace file in any supported format.
+    /// Reads a trace file in any supported format, gzip-compressed or not.
+    /// The file is streamed: a snapshot is never held in memory whole.
     pub fn read(path: &Path, options: ReadOptions) -> Result<Trace> {
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            operation: "read",
-            message: e.to_string(),
-        })?;
+        let file = std::fs::File::open(path).map_err(|e| Error::io("read", path, &e))?;
         let name = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        let format = options
-            .format
-            .unwrap_or_else(|| TraceFormat::detect(path, &bytes));
-        Trace::from_bytes(&name, &bytes, format, options.device)
+        let input = Box::new(BufReader::with_capacity(1 << 16, file));
+        Trace::from_reader(&name, path, input, options).map_err(|e| match e {
+            // A read error inside the stream names the file.
+            Error::Io { kind, message, .. } => Error::Io {
+                operation: "read",
+                path: path.display().to_string(),
+                kind,
+                message,
+            },
+            other => other,
+        })
     }
 
-    /// Parses a trace held in memory.
+    fn from_reader(
+        name: &str,
+        path: &Path,
+        mut input: Box<dyn BufRead + '_>,
+        options: ReadOptions,
+    ) -> Result<Trace> {
+        let io = |e: std::io::Error| Error::io("read", name, &e);
+        let head = input.fill_buf().map_err(io)?;
+        if head.starts_with(&GZIP_MAGIC) {
+            return gunzip(name, path, input, options);
+        }
+        let format = options
+            .format
+            .unwrap_or_else(|| TraceFormat::detect(path, head));
+        match format {
+            TraceFormat::Snapshot => snapshot(name, input, options.device),
+            TraceFormat::Csv | TraceFormat::JsonLines => {
+                let mut raw = Vec::new();
+                input.read_to_end(&mut raw).map_err(io)?;
+                let text = std::str::from_utf8(&raw).map_err(|e| Error::Trace {
+                    source_name: name.to_owned(),
+                    location: format!("byte {}", e.valid_up_to()),
+                    message: "not UTF-8 text".to_owned(),
+                })?;
+                if format == TraceFormat::Csv {
+                    Trace::from_csv(name, text)
+                } else {
+                    Trace::from_json_lines(name, text)
+                }
+            }
+        }
+    }
+
+    /// Parses a trace held in memory (gzip-compressed or not).
     pub fn from_bytes(
         name: &str,
         bytes: &[u8],
         format: TraceFormat,
         device: Option<usize>,
     ) -> Result<Trace> {
-        let text = || {
-            std::str::from_utf8(bytes).map_err(|e| Error::Trace {
-                source_name: name.to_owned(),
-                location: format!("byte {}", e.valid_up_to()),
-                message: "not UTF-8 text".to_owned(),
-            })
+        let options = ReadOptions {
+            format: Some(format),
+            device,
         };
-        match format {
-            TraceFormat::Csv => Trace::from_csv(name, text()?),
-            TraceFormat::JsonLines => Trace::from_json_lines(name, text()?),
-            TraceFormat::Snapshot => snapshot(name, bytes, device),
-        }
+        Trace::from_reader(name, Path::new(name), Box::new(bytes), options)
     }
 
-    /// Parses the CSV event format.
+    /// Parses the CSV event format, with or without a header line.
+    ///
+    /// ```
+    /// use tensor_arena::diag::Trace;
+    /// let t = Trace::from_csv("t", "op,id,size\nalloc,0,4096\nfree,0,4096\n")?;
+    /// assert_eq!(t.allocations()[0].free_at, Some(1));
+    /// let err = Trace::from_csv("t", "alloc,0,4096\nfree,0,100\n").unwrap_err();
+    /// assert!(err.to_string().contains("line 2: free of id 0 gives size 100"));
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
     pub fn from_csv(name: &str, text: &str) -> Result<Trace> {
         let mut b = TraceBuilder::<String>::new(name);
+        let mut columns: Option<Columns> = None;
+        let mut first = true;
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
-            if line.is_empty() || (n == 0 && line.starts_with("action")) {
+            if line.is_empty() {
                 continue;
             }
             let fields: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -122,21 +180,38 @@ impl Trace {
                 location: format!("line {}", n + 1),
                 message,
             };
-            match fields.as_slice() {
-                ["alloc", id, size, rest @ ..] if rest.len() <= 1 => {
-                    let size = number(size, "size").map_err(err)?;
-                    let stream = match rest.first() {
-                        Some(s) => stream_number(s).map_err(err)?,
-                        None => 0,
-                    };
-                    b.alloc((*id).to_owned(), size, stream).map_err(err)?;
-                }
-                ["free", id] => b.free(&(*id).to_owned()).map_err(err)?,
-                _ => {
-                    return Err(err(format!(
-                        "expected 'alloc,ID,SIZE[,STREAM]' or 'free,ID', found '{line}'"
-                    )));
-                }
+            if std::mem::take(&mut first) && is_header(&fields) {
+                columns = Some(Columns::from_header(&fields).map_err(err)?);
+                continue;
+            }
+            let row = match &columns {
+                Some(c) => c.row(&fields),
+                None => Row::positional(&fields),
+            };
+            let shape_error = || {
+                err(format!(
+                    "expected 'alloc,ID,SIZE[,STREAM]' or 'free,ID[,SIZE[,STREAM]]', found '{line}'"
+                ))
+            };
+            let Some(row) = row else {
+                return Err(shape_error());
+            };
+            let stream = match row.stream {
+                Some(s) => Some(stream_number(s).map_err(err)?),
+                None => None,
+            };
+            let size = match row.size {
+                Some(s) => Some(number(s, "size").map_err(err)?),
+                None => None,
+            };
+            match (row.action.to_ascii_lowercase().as_str(), size) {
+                ("alloc", Some(size)) => b
+                    .alloc(row.id.to_owned(), size, stream.unwrap_or(0))
+                    .map_err(err)?,
+                ("free", size) => b
+                    .free_checked(&row.id.to_owned(), size, stream)
+                    .map_err(err)?,
+                _ => return Err(shape_error()),
             }
         }
         Ok(b.finish())
@@ -177,7 +252,7 @@ impl Trace {
             match (l.action.as_str(), l.size) {
                 ("alloc", Some(size)) => b.alloc(id, size, l.stream.unwrap_or(0)),
                 ("alloc", None) => Err("an alloc needs a \"size\"".to_owned()),
-                ("free", _) => b.free(&id),
+                ("free", size) => b.free_checked(&id, size, l.stream),
                 (other, _) => Err(format!(
                     "unknown action '{other}'; expected \"alloc\" or \"free\""
                 )),
@@ -185,6 +260,90 @@ impl Trace {
             .map_err(err)?;
         }
         Ok(b.finish())
+    }
+}
+
+/// Whether a CSV line is a header: no field is a number, and the first is
+/// not an action.
+fn is_header(fields: &[&str]) -> bool {
+    let action = fields
+        .first()
+        .is_some_and(|f| f.eq_ignore_ascii_case("alloc") || f.eq_ignore_ascii_case("free"));
+    !action && fields.iter().all(|f| f.parse::<u64>().is_err())
+}
+
+/// One CSV event, its fields picked out.
+struct Row<'a> {
+    action: &'a str,
+    id: &'a str,
+    size: Option<&'a str>,
+    stream: Option<&'a str>,
+}
+
+impl<'a> Row<'a> {
+    fn positional(fields: &[&'a str]) -> Option<Row<'a>> {
+        match fields {
+            [action, id, rest @ ..] if rest.len() <= 2 => Some(Row {
+                action,
+                id,
+                size: rest.first().copied(),
+                stream: rest.get(1).copied(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Column positions named by a header line.
+struct Columns {
+    action: usize,
+    id: usize,
+    size: Option<usize>,
+    stream: Option<usize>,
+}
+
+impl Columns {
+    fn from_header(fields: &[&str]) -> std::result::Result<Columns, String> {
+        let find = |names: &[&str]| {
+            fields
+                .iter()
+                .position(|f| names.iter().any(|n| f.eq_ignore_ascii_case(n)))
+        };
+        let action = find(&["action", "op", "event", "kind", "type"]);
+        let id = find(&["id", "ptr", "addr", "address", "handle"]);
+        match (action, id) {
+            (Some(action), Some(id)) => {
+                let size = find(&["size", "bytes", "nbytes"]);
+                // A header naming the first three columns in the usual
+                // order leaves the fourth to be the stream, as without one.
+                let usual = (action, id, size) == (0, 1, Some(2));
+                let stream = find(&["stream"]).or(usual.then_some(3));
+                Ok(Columns {
+                    action,
+                    id,
+                    size,
+                    stream,
+                })
+            }
+            _ => Err(format!(
+                "header '{}' names no action column (action, op, event, kind or type) \
+                 or no id column (id, ptr, addr, address or handle)",
+                fields.join(",")
+            )),
+        }
+    }
+
+    fn row<'a>(&self, fields: &[&'a str]) -> Option<Row<'a>> {
+        let at = |i: Option<usize>| {
+            i.and_then(|i| fields.get(i).copied())
+                .filter(|f| !f.is_empty())
+        };
+        Some(Row {
+            action: at(Some(self.action))?,
+            id: at(Some(self.id))?,
+            size: at(self.size),
+            stream: at(self.stream),
+        })
     }
 }
 
@@ -199,16 +358,51 @@ fn stream_number(text: &str) -> std::result::Result<u32, String> {
 }
 
 #[cfg(feature = "pickle")]
-fn snapshot(name: &str, bytes: &[u8], device: Option<usize>) -> Result<Trace> {
-    super::snapshot::from_pickle(name, bytes, device)
+fn snapshot<Rd: BufRead>(name: &str, input: Rd, device: Option<usize>) -> Result<Trace> {
+    super::snapshot::from_reader(name, input, device)
 }
 
 #[cfg(not(feature = "pickle"))]
-fn snapshot(name: &str, _bytes: &[u8], _device: Option<usize>) -> Result<Trace> {
+fn snapshot<Rd: BufRead>(name: &str, _input: Rd, _device: Option<usize>) -> Result<Trace> {
     Err(Error::Trace {
         source_name: name.to_owned(),
         location: "file".to_owned(),
         message: "memory snapshots need the 'pickle' feature of tensor-arena".to_owned(),
+    })
+}
+
+#[cfg(feature = "pickle")]
+fn gunzip(
+    name: &str,
+    path: &Path,
+    input: Box<dyn BufRead + '_>,
+    options: ReadOptions,
+) -> Result<Trace> {
+    let inner = Box::new(BufReader::with_capacity(
+        1 << 16,
+        flate2::bufread::MultiGzDecoder::new(input),
+    ));
+    Trace::from_reader(name, path, inner, options).map_err(|e| match e {
+        Error::Io { message, .. } => Error::Trace {
+            source_name: name.to_owned(),
+            location: "gzip stream".to_owned(),
+            message: format!("cannot decompress: {message}"),
+        },
+        other => other,
+    })
+}
+
+#[cfg(not(feature = "pickle"))]
+fn gunzip(
+    name: &str,
+    _path: &Path,
+    _input: Box<dyn BufRead + '_>,
+    _options: ReadOptions,
+) -> Result<Trace> {
+    Err(Error::Trace {
+        source_name: name.to_owned(),
+        location: "file".to_owned(),
+        message: "gzip-compressed traces need the 'pickle' feature of tensor-arena".to_owned(),
     })
 }
 
@@ -262,7 +456,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown action 'grow'"), "{err}");
-        assert!(Trace::from_json_lines("t", "{oops").is_err());
+        assert!(matches!(
+            Trace::from_json_lines("t", "{oops"),
+            Err(Error::Trace { .. })
+        ));
     }
 
     #[test]

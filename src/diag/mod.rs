@@ -7,39 +7,49 @@
 //!   (feature `pickle`), from the project's CSV or JSON-lines event
 //!   formats ([`events`](self::TraceFormat)), or from [`synthetic`].
 //! - Replay: [`replay_model`] (the model, event by event), [`plan_trace`]
-//!   (the arena), [`min_capacity`] (bisection for the smallest device that
-//!   holds the trace), all combined by [`diagnose`] into a [`Diagnosis`]
-//!   that prints as a table and serialises to JSON.
+//!   (the arena), [`capacity_scan`] (every capacity from the least that
+//!   could work, so that out-of-memory capacities above the smallest
+//!   surviving one are found too), [`explain_at`] (the gap between
+//!   reserved and allocated memory split into hard, soft and stream
+//!   fragmentation), [`sweep`] (a grid of `PYTORCH_NPU_ALLOC_CONF` settings
+//!   and a recommendation), all combined by [`diagnose`] into a
+//!   [`Diagnosis`] that prints as a report and serialises to JSON.
 //! - Plot: [`timeline_svg`] (feature `plot`).
 //!
 //! ```
 //! use tensor_arena::diag::{diagnose, synthetic, DiagnoseOptions, SyntheticConfig};
 //! let trace = synthetic(&SyntheticConfig { steps: 20, ..SyntheticConfig::default() })?;
-//! let d = diagnose(&trace, &DiagnoseOptions::default());
+//! let d = diagnose(&trace, &DiagnoseOptions::default())?;
 //! assert!(d.arena.slab_bytes < d.model.stats.reserved_bytes.peak);
 //! # Ok::<(), tensor_arena::Error>(())
 //! ```
 #![deny(unsafe_code, clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-mod arena;
+mod capacity;
 mod events;
+mod explain;
+#[cfg(feature = "pickle")]
+mod pickle;
 #[cfg(feature = "plot")]
 mod plot;
 mod replay;
 mod report;
 #[cfg(feature = "pickle")]
 mod snapshot;
+mod sweep;
 mod synthetic;
 mod trace;
+mod trace_plan;
 
-pub use arena::{ArenaPlan, WHOLE_TRACE_LIMIT, intervals, place, plan_trace, slot_size};
+pub use capacity::{CAPACITY_STEP, CapacityScan, DEFAULT_WINDOW, capacity_scan, min_capacity};
 pub use events::{ReadOptions, TraceFormat};
+pub use explain::{Explanation, Moment, Request, SiteShare, SizeClass, explain_at, request_for};
 #[cfg(feature = "plot")]
 pub use plot::timeline_svg;
-pub use replay::{
-    CAPACITY_STEP, ModelReplay, OomAt, Sample, downsample, fits, min_capacity, replay_model,
-};
+pub use replay::{ModelReplay, OomAt, Sample, downsample, fits, replay_model};
 pub use report::{DiagnoseOptions, Diagnosis, TraceSummary, diagnose};
+pub use sweep::{Recommendation, SweepOptions, SweepRow, sweep};
 pub use synthetic::{SyntheticConfig, synthetic};
-pub use trace::{Allocation, Recorded, Trace, TraceBuilder, TraceEvent};
+pub use trace::{Allocation, Recorded, RecordedOom, Trace, TraceBuilder, TraceEvent};
+pub use trace_plan::{ArenaPlan, MAX_WINDOW, WHOLE_TRACE_LIMIT, intervals, place, plan_trace};

@@ -21,7 +21,7 @@ const CAPACITY: RGBColor = RGBColor(90, 90, 90);
 /// ```
 /// use tensor_arena::diag::{diagnose, timeline_svg, DiagnoseOptions, Trace};
 /// let t = Trace::from_csv("t", "alloc,a,6291456\nalloc,b,6291456\nfree,a\nalloc,c,7340032\n")?;
-/// let svg = timeline_svg(&diagnose(&t, &DiagnoseOptions::default()), 800, 500)?;
+/// let svg = timeline_svg(&diagnose(&t, &DiagnoseOptions::default())?, 800, 500)?;
 /// assert!(svg.starts_with("<svg") && svg.contains("reserved"));
 /// # Ok::<(), tensor_arena::Error>(())
 /// ```

@@ -183,61 +183,6 @@ pub fn fits(trace: &Trace, config: CachingConfig) -> bool {
     true
 }
 
-/// Capacities are searched in steps of this: every segment and page the
-/// model obtains is a multiple of 2 MiB, so capacities in between behave
-/// like the multiple below them.
-pub const CAPACITY_STEP: u64 = crate::caching::rules::K_ROUND_LARGE;
-
-/// The smallest device capacity (a multiple of 2 MiB) at which the trace
-/// replays through the model with `config` (its capacity ignored) without
-/// running out of memory, found by bisection between 0 and the peak
-/// reservation of an unlimited replay. Bisection assumes that more memory
-/// never hurts, which holds for the model's rules in practice but is not
-/// guaranteed (releasing the cache changes later layouts); the returned
-/// capacity is always one at which the replay was seen to succeed.
-///
-/// ```
-/// use tensor_arena::caching::CachingConfig;
-/// use tensor_arena::diag::{min_capacity, Trace};
-/// let t = Trace::from_csv("t", "alloc,a,6291456\nalloc,b,6291456\nalloc,c,6291456\nfree,b\nalloc,d,7340032\n")?;
-/// // Unlimited: two 20 MiB segments. At 38 MiB the first one cannot be
-/// // released for d (a and c hold it), so 40 MiB is the least.
-/// assert_eq!(min_capacity(&t, CachingConfig::default()), 40 << 20);
-/// # Ok::<(), tensor_arena::Error>(())
-/// ```
-pub fn min_capacity(trace: &Trace, config: CachingConfig) -> u64 {
-    let unlimited = CachingConfig {
-        capacity: None,
-        ..config
-    };
-    let peak = replay_model(trace, unlimited, false)
-        .stats
-        .reserved_bytes
-        .peak;
-    let at = |k: u64| CachingConfig {
-        capacity: Some(k * CAPACITY_STEP),
-        ..config
-    };
-    // Invariant: replay fails at `lo` steps (or lo is -1), succeeds at `hi`.
-    let (mut lo, mut hi) = (None::<u64>, peak.div_ceil(CAPACITY_STEP));
-    if hi == 0 {
-        return 0;
-    }
-    loop {
-        let low = lo.map_or(0, |l| l + 1);
-        if low >= hi {
-            break;
-        }
-        let mid = low + (hi - low) / 2;
-        if fits(trace, at(mid)) {
-            hi = mid;
-        } else {
-            lo = Some(mid);
-        }
-    }
-    hi * CAPACITY_STEP
-}
-
 /// Reduces a timeline to at most `points` samples, keeping each bucket's
 /// largest values so that peaks survive.
 pub fn downsample(samples: &[Sample], points: usize) -> Vec<Sample> {

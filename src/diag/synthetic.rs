@@ -26,6 +26,13 @@ pub struct SyntheticConfig {
     pub batch: (u64, u64),
     /// Smallest and largest sequence length (inclusive).
     pub seq: (u64, u64),
+    /// Prefetch the next batch: its input is allocated in the middle of a
+    /// step and freed at the end of the next one, so lifetimes cross step
+    /// boundaries.
+    pub prefetch: bool,
+    /// Buffers allocated at pseudo-random steps and never freed (optimizer
+    /// state, caches), each the size of one layer's activations then.
+    pub late_held: usize,
 }
 
 impl Default for SyntheticConfig {
@@ -41,6 +48,8 @@ impl Default for SyntheticConfig {
             heads: 8,
             batch: (4, 16),
             seq: (64, 256),
+            prefetch: false,
+            late_held: 0,
         }
     }
 }
@@ -86,11 +95,25 @@ pub fn synthetic(config: &SyntheticConfig) -> Result<Trace> {
         .collect::<Result<_>>()?;
     let mut rng = SplitMix64(config.seed);
     let mut grads: Option<Vec<u64>> = None;
-    for _ in 0..config.steps {
+    // Steps at which a late held buffer is made.
+    let mut held_at: Vec<usize> = (0..config.late_held)
+        .map(|_| rng.between(0, config.steps as u64 - 1) as usize)
+        .collect();
+    held_at.sort_unstable();
+    let mut held = Vec::new();
+    let mut prefetched: Option<u64> = None;
+    for step in 0..config.steps {
         let b = rng.between(config.batch.0, config.batch.1);
         let s = rng.between(config.seq.0, config.seq.1);
         let act = b * s * h * 4;
-        let input = g.alloc(b * s * 8)?;
+        let input = match prefetched.take() {
+            Some(p) => p,
+            None => g.alloc(b * s * 8)?,
+        };
+        while held_at.first() == Some(&step) {
+            held_at.remove(0);
+            held.push(g.alloc(act)?);
+        }
         let mut x = g.alloc(act)?;
         let mut saved = Vec::with_capacity(config.layers);
         for _ in 0..config.layers {
@@ -103,6 +126,14 @@ pub fn synthetic(config: &SyntheticConfig) -> Result<Trace> {
             let out = g.alloc(act)?;
             saved.push([x, scores, probs, mask, mlp]);
             x = out;
+        }
+        if config.prefetch && step + 1 < config.steps {
+            // The next batch is loaded while this one runs.
+            let (nb, ns) = (
+                rng.between(config.batch.0, config.batch.1),
+                rng.between(config.seq.0, config.seq.1),
+            );
+            prefetched = Some(g.alloc(nb * ns * 8)?);
         }
         let loss = g.alloc(b * 4)?;
         let mut grad = g.alloc(act)?;
@@ -131,8 +162,9 @@ pub fn synthetic(config: &SyntheticConfig) -> Result<Trace> {
             g.free(t)?;
         }
     }
-    // Weights and their gradients stay live to the end, as in training.
-    let _ = (weights, grads);
+    // Weights, their gradients and the late held buffers stay live to the
+    // end, as in training.
+    let _ = (weights, grads, held);
     Ok(g.b.finish())
 }
 
@@ -146,6 +178,13 @@ fn check(c: &SyntheticConfig) -> Result<()> {
     };
     if c.steps == 0 || c.steps > 1_000_000 {
         return bad("steps", c.steps.to_string(), "must be 1 to 1000000");
+    }
+    if c.late_held > 100_000 {
+        return bad(
+            "late_held",
+            c.late_held.to_string(),
+            "must be at most 100000",
+        );
     }
     if c.layers == 0 || c.layers > 1000 {
         return bad("layers", c.layers.to_string(), "must be 1 to 1000");

@@ -42,6 +42,22 @@ pub struct Recorded {
     pub reserved: Vec<(usize, u64)>,
     /// Out-of-memory entries in the recording.
     pub ooms: usize,
+    /// The out-of-memory entries, where the recording carries them.
+    pub oom_events: Vec<RecordedOom>,
+}
+
+/// An out-of-memory entry of a recording: torch_npu's `oom` trace entry,
+/// written when a request failed after releasing the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct RecordedOom {
+    /// Number of alloc/free events before it (where in the trace it failed).
+    pub event: usize,
+    /// The rounded block size that was requested.
+    pub size: u64,
+    /// Stream of the request (dense numbering, as in [`Allocation::stream`]).
+    pub stream: u32,
+    /// Device memory the runtime reported free then (`aclrtGetMemInfo`).
+    pub device_free: u64,
 }
 
 impl Recorded {
@@ -74,7 +90,14 @@ pub struct Trace {
     /// or listed live in the snapshot's segments).
     pub(super) preexisting: usize,
     pub(super) recorded: Option<Recorded>,
+    /// Interned allocation sites (from snapshot frames).
+    pub(super) sites: Vec<String>,
+    /// Site of each allocation, an index into `sites` or [`NO_SITE`].
+    pub(super) site_of: Vec<u32>,
 }
+
+/// `site_of` entry of an allocation without a recorded site.
+const NO_SITE: u32 = u32::MAX;
 
 impl Trace {
     /// Name of the trace (its file name, or a description).
@@ -102,6 +125,18 @@ impl Trace {
     /// memory snapshot with segment events.
     pub fn recorded(&self) -> Option<&Recorded> {
         self.recorded.as_ref()
+    }
+
+    /// Where allocation `index` was made (`file:line in function`), when
+    /// the trace came from a snapshot that recorded stack frames.
+    pub fn site(&self, index: usize) -> Option<&str> {
+        let s = *self.site_of.get(index)?;
+        self.sites.get(s as usize).map(String::as_str)
+    }
+
+    /// Whether any allocation has a recorded site.
+    pub fn has_sites(&self) -> bool {
+        !self.sites.is_empty()
     }
 
     /// Number of distinct streams.
@@ -157,6 +192,9 @@ pub struct TraceBuilder<K> {
     /// Allocations found to predate the recording, to be put first.
     early: Vec<usize>,
     recorded: Option<Recorded>,
+    sites: Vec<String>,
+    site_index: HashMap<String, u32>,
+    site_of: Vec<u32>,
 }
 
 impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
@@ -169,6 +207,32 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
             events: Vec::new(),
             early: Vec::new(),
             recorded: None,
+            sites: Vec::new(),
+            site_index: HashMap::new(),
+            site_of: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, size: u64, stream: u32) -> usize {
+        self.allocations.push(Allocation {
+            size,
+            stream,
+            alloc_at: 0,
+            free_at: None,
+        });
+        self.site_of.push(NO_SITE);
+        self.allocations.len() - 1
+    }
+
+    /// Records where the allocation made last was made.
+    pub fn set_site(&mut self, site: &str) {
+        let next = self.sites.len() as u32;
+        let id = *self.site_index.entry(site.to_owned()).or_insert(next);
+        if id == next {
+            self.sites.push(site.to_owned());
+        }
+        if let Some(last) = self.site_of.last_mut() {
+            *last = id;
         }
     }
 
@@ -178,13 +242,7 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
         if self.live.contains_key(&key) {
             return Err(format!("id {key} is allocated again before it is freed"));
         }
-        let i = self.allocations.len();
-        self.allocations.push(Allocation {
-            size,
-            stream,
-            alloc_at: 0,
-            free_at: None,
-        });
+        let i = self.push(size, stream);
         self.live.insert(key, i);
         self.events.push(TraceEvent::Alloc(i));
         Ok(())
@@ -192,10 +250,36 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
 
     /// Records the free of `key`. Fails if `key` is not live.
     pub fn free(&mut self, key: &K) -> Result<(), String> {
-        let i = self
+        self.free_checked(key, None, None)
+    }
+
+    /// Records the free of `key`, checking the size (and stream) the free
+    /// names, where it names them, against the allocation's. Fails if `key`
+    /// is not live or a value differs; nothing is recorded then.
+    pub fn free_checked(
+        &mut self,
+        key: &K,
+        size: Option<u64>,
+        stream: Option<u32>,
+    ) -> Result<(), String> {
+        let &i = self
             .live
-            .remove(key)
+            .get(key)
             .ok_or_else(|| format!("free of id {key}, which is not allocated"))?;
+        let a = &self.allocations[i];
+        if let Some(size) = size.filter(|&s| s != a.size) {
+            return Err(format!(
+                "free of id {key} gives size {size}, but it was allocated with size {}",
+                a.size
+            ));
+        }
+        if let Some(stream) = stream.filter(|&s| s != a.stream) {
+            return Err(format!(
+                "free of id {key} gives stream {stream}, but it was allocated on stream {}",
+                a.stream
+            ));
+        }
+        self.live.remove(key);
         self.events.push(TraceEvent::Free(i));
         Ok(())
     }
@@ -204,16 +288,14 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
     /// before the recording started, so its allocation is put at the start
     /// of the trace.
     pub fn free_or_adopt(&mut self, key: &K, size: u64, stream: u32) {
-        let i = self.live.remove(key).unwrap_or_else(|| {
-            self.allocations.push(Allocation {
-                size,
-                stream,
-                alloc_at: 0,
-                free_at: None,
-            });
-            self.early.push(self.allocations.len() - 1);
-            self.allocations.len() - 1
-        });
+        let i = match self.live.remove(key) {
+            Some(i) => i,
+            None => {
+                let i = self.push(size, stream);
+                self.early.push(i);
+                i
+            }
+        };
         self.events.push(TraceEvent::Free(i));
     }
 
@@ -224,13 +306,8 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
 
     /// Adds an allocation made before the recording and never freed in it.
     pub fn adopt_live(&mut self, size: u64, stream: u32) {
-        self.allocations.push(Allocation {
-            size,
-            stream,
-            alloc_at: 0,
-            free_at: None,
-        });
-        self.early.push(self.allocations.len() - 1);
+        let i = self.push(size, stream);
+        self.early.push(i);
     }
 
     /// Number of events so far (the index the next event will have, not
@@ -254,6 +331,7 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
         // adopted ones come first as their events do.
         let mut order = vec![usize::MAX; self.allocations.len()];
         let mut allocations = Vec::with_capacity(self.allocations.len());
+        let mut site_of = Vec::with_capacity(self.allocations.len());
         for (at, e) in events.iter_mut().enumerate() {
             match e {
                 TraceEvent::Alloc(i) => {
@@ -262,6 +340,7 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
                         alloc_at: at,
                         ..self.allocations[*i]
                     });
+                    site_of.push(self.site_of[*i]);
                     *i = order[*i];
                 }
                 TraceEvent::Free(i) => {
@@ -274,14 +353,24 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
             for (at, _) in &mut r.reserved {
                 *at += shift;
             }
+            for oom in &mut r.oom_events {
+                oom.event += shift;
+            }
             r
         });
+        let sites = if site_of.iter().all(|&s| s == NO_SITE) {
+            Vec::new()
+        } else {
+            self.sites
+        };
         Trace {
             name: self.name,
             allocations,
             events,
             preexisting: shift,
             recorded,
+            sites,
+            site_of,
         }
     }
 }

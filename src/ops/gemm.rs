@@ -102,7 +102,7 @@ pub fn gemm(
     };
     match (layout(&a), layout(&b), c_rows) {
         (Some(la), Some(Layout::Rows(bs, ldb)), true) => match c.as_slice_memory_order_mut() {
-            Some(cs) => crate::device::cpu::dispatch(
+            Some(cs) => crate::ops::cpu_dispatch::dispatch(
                 #[inline(always)]
                 || rows_of_b(alpha, la, (bs, ldb), (cs, ldc), dims),
             ),

@@ -6,7 +6,7 @@
 //! rounded back to nearest even):
 //!
 //! - `bernoulli(p)`: element = 1 where the stream's uniform `u < p`, else 0,
-//!   with `u = (word >> 8) * 2^-24` (RNG.md) and `p` an `f32` in `[0, 1]`;
+//!   with `u = (word >> 8) * 2^-24` (`docs/rng.md#the-stream-layout`) and `p` an `f32` in `[0, 1]`;
 //! - `apply_mask(mask, scale)`: `x = mask != 0 ? x * scale : 0`;
 //! - `mul(y)`: `x = x * y`; `mul_scalar(s)`: `x = x * s`;
 //! - `dropout(p)`: with `q = 1 - p` and `scale = 1 / q` (both in f32),
@@ -28,6 +28,9 @@
 #![deny(unsafe_code, clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+// Calls into code compiled for AVX2 after detecting the CPU feature.
+#[allow(unsafe_code)]
+pub(crate) mod cpu_dispatch;
 mod elementwise;
 mod float;
 mod gemm;
@@ -120,7 +123,7 @@ impl Kernel {
     /// [`Kernel::run_chunk`] with the Philox tiles made by `tile`, whose
     /// generators must return exactly what [`philox::tile`] returns (the
     /// host device passes an AVX2 version).
-    // Always inlined so the AVX2 entry point in `device::cpu` compiles the
+    // Always inlined so the AVX2 entry point in `cpu_dispatch` compiles the
     // whole kernel with AVX2.
     #[inline(always)]
     pub(crate) fn run_chunk_with<T: Float>(
@@ -189,7 +192,7 @@ fn check_lengths(op: &'static str, x: usize, other: usize) -> Result<()> {
 /// Runs a validated kernel on whole slices with the fastest code path the
 /// CPU supports (the dispatch lives in `device`, which owns `unsafe`).
 fn run<T: Float>(k: Kernel, x: &mut [T], other: Option<&[T]>) {
-    crate::device::cpu::run(&k, x, other, 0);
+    crate::ops::cpu_dispatch::run(&k, x, other, 0);
 }
 
 /// Fills `out` with bernoulli(`p`) draws from stream elements

@@ -1,5 +1,5 @@
 //! Philox4x32-10 (Salmon et al., SC'11), the counter-based generator every
-//! backend shares, and the stream layout of RNG.md.
+//! backend shares, and the stream layout of `docs/rng.md`.
 //!
 //! Element `g` of a stream keyed by `seed` is word `g % 4` of the Philox
 //! block whose counter is `(b as u32, (b >> 32) as u32, 0, 0)`, `b = g / 4`,

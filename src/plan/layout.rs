@@ -1,17 +1,39 @@
 //! Bytes a buffer takes in the slab, by the device rules.
 //!
 //! ACL: a piece carved from one `aclrtMalloc` allocation needs
-//! `ALIGN_UP(len, 32) + 32` bytes and a 64-byte aligned start (ASCEND.md).
+//! `ALIGN_UP(len, 32) + 32` bytes and a 64-byte aligned start (`docs/ascend.md#acl-allocation-and-carving-rule`).
 //! Sizes are further rounded to the offset alignment, so that every offset
 //! the placement produces is aligned without alignment-aware search.
 
 use super::planner::PlannerConfig;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::shape::{Shape, align_up};
+use crate::shape::Shape;
 
 /// The ACL allocation granule.
 pub const ACL_GRANULE: usize = 32;
+
+/// Bytes a piece of `bytes` bytes takes in the slab: the ACL rule
+/// `ALIGN_UP(len, 32) + 32`, rounded up to `offset_align` (a power of two,
+/// as the planner checks). `None` on overflow. The planner sizes every
+/// buffer with it, and the trace replay every allocation; with the default
+/// 512-byte alignment it equals the caching allocator's block size
+/// ([`crate::caching::rules::round_size`]).
+///
+/// ```
+/// use tensor_arena::plan::layout::slot_size;
+/// assert_eq!(slot_size(480, 512), Some(512));
+/// assert_eq!(slot_size(512, 512), Some(1024)); // an exact multiple still pays the pad
+/// assert_eq!(slot_size(1, 64), Some(64));
+/// assert_eq!(slot_size(u64::MAX, 512), None);
+/// ```
+pub fn slot_size(bytes: u64, offset_align: u64) -> Option<u64> {
+    let granule = ACL_GRANULE as u64;
+    bytes
+        .checked_next_multiple_of(granule)?
+        .checked_add(granule)?
+        .checked_next_multiple_of(offset_align.max(1))
+}
 
 /// Bytes one buffer needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,9 +63,8 @@ pub(crate) fn buffer_layout(
         .elements()
         .checked_mul(dtype.size())
         .ok_or_else(|| overflow("its size in bytes"))?;
-    let size = align_up(bytes, ACL_GRANULE)
-        .and_then(|b| b.checked_add(ACL_GRANULE))
-        .and_then(|b| align_up(b, config.offset_align))
+    let size = slot_size(bytes as u64, config.offset_align as u64)
+        .and_then(|s| usize::try_from(s).ok())
         .ok_or_else(|| overflow("its aligned size in the slab"))?;
     Ok(BufferLayout {
         padded: padded.clone(),

@@ -148,8 +148,8 @@ impl Planner {
         if spec.dtype != T::DTYPE {
             return Err(Error::DTypeMismatch {
                 buffer: spec.name,
-                declared: spec.dtype,
-                requested: T::DTYPE,
+                declared: spec.dtype.name(),
+                requested: T::DTYPE.name(),
             });
         }
         self.declare_dyn(spec).map(Buffer::new)

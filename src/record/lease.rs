@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ndarray::{ArrayView, ArrayViewMut, Dimension};
 
-use super::core::Core;
+use super::shared_state::SharedState;
 use super::site::Site;
 use crate::arena::Lease;
 use crate::device::{Device, HostAccessible};
@@ -36,7 +36,7 @@ pub(crate) enum Inner<'s, T: Element, D: Device> {
 /// A lease of pool memory: the site's buffer, taken out of the table while
 /// the lease lives and put back when it drops.
 pub(crate) struct Pooled<'s, T: Element> {
-    pub core: &'s Core,
+    pub shared: &'s SharedState,
     pub index: usize,
     pub name: Arc<str>,
     /// The site's memory, at least `capacity` elements of `T`.
@@ -53,7 +53,7 @@ impl<'s, T: Element> Pooled<'s, T> {
     /// Called with the site marked live and its memory large enough for
     /// `padded`; takes the memory.
     pub fn new(
-        core: &'s Core,
+        shared: &'s SharedState,
         index: usize,
         site: &mut Site,
         shape: &[usize],
@@ -63,7 +63,7 @@ impl<'s, T: Element> Pooled<'s, T> {
         // The caller validated `shape` (at most MAX_DIMS dimensions).
         dims[..shape.len()].copy_from_slice(shape);
         Pooled {
-            core,
+            shared,
             index,
             name: Arc::clone(&site.name),
             data: std::mem::take(&mut site.data),
@@ -105,7 +105,7 @@ impl<'s, T: Element> Pooled<'s, T> {
 
 impl<T: Element> Drop for Pooled<'_, T> {
     fn drop(&mut self) {
-        self.core
+        self.shared
             .release(self.index, std::mem::take(&mut self.data));
     }
 }

@@ -13,7 +13,7 @@ impl<T: Float> Pooled<'_, T> {
     /// Runs a random kernel at the recorder's stream position and moves the
     /// stream on by the view's length, as the arena does.
     fn random(&mut self, run: impl FnOnce(&mut [T], RngState) -> Result<()>) -> Result<RngState> {
-        let cell = &self.core.rng;
+        let cell = &self.shared.rng;
         let state = cell.get();
         let next = state.advanced(self.len)?;
         run(self.slice_mut(), state)?;
@@ -122,7 +122,7 @@ impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
 
 /// Both operands come from the same recorder and have the same shape.
 fn check_operand<T: Float>(op: &'static str, x: &Pooled<'_, T>, y: &Pooled<'_, T>) -> Result<()> {
-    if !std::ptr::eq(x.core, y.core) {
+    if !std::ptr::eq(x.shared, y.shared) {
         return Err(Error::ArenaMismatch {
             op,
             buffer: x.name.to_string(),

@@ -48,11 +48,11 @@
 #![deny(unsafe_code, clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-mod core;
 mod lease;
 mod lease_ops;
 mod recorder;
 mod rust_code;
+mod shared_state;
 mod site;
 mod specs;
 mod step;

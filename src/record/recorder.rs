@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use super::core::Core;
+use super::shared_state::SharedState;
 use super::site::{self, Life, Site};
 use super::specs::{SpecEntry, SpecLifetime, SpecSet};
 use super::step::RecordStep;
@@ -113,7 +113,7 @@ pub struct RecordStats {
 /// # Ok::<(), tensor_arena::Error>(())
 /// ```
 pub struct Recorder<D: Device> {
-    core: Core,
+    shared: SharedState,
     device: D,
     frozen: Option<Frozen<D>>,
     recorded_steps: u64,
@@ -131,7 +131,7 @@ impl<D: Device> Recorder<D> {
     /// A recorder with the planner's default settings, recording.
     pub fn new(device: D) -> Recorder<D> {
         Recorder {
-            core: Core::new(next_owner_id(), PlannerConfig::default()),
+            shared: SharedState::new(next_owner_id(), PlannerConfig::default()),
             device,
             frozen: None,
             recorded_steps: 0,
@@ -145,7 +145,7 @@ impl<D: Device> Recorder<D> {
     pub fn with_config(device: D, config: PlannerConfig) -> Result<Recorder<D>> {
         Planner::with_config(config)?;
         let mut rec = Recorder::new(device);
-        rec.core.config = config;
+        rec.shared.config = config;
         Ok(rec)
     }
 
@@ -153,15 +153,15 @@ impl<D: Device> Recorder<D> {
     /// Declare them all before the first step.
     pub fn phase(&mut self, name: &str) -> Result<Phase> {
         self.check_new_name(name)?;
-        let index = u16::try_from(self.core.phases.len()).map_err(|_| Error::SizeOverflow {
+        let index = u16::try_from(self.shared.phases.len()).map_err(|_| Error::SizeOverflow {
             buffer: name.to_owned(),
             shape: Vec::new(),
             what: "the number of phases",
             limit: u64::from(u16::MAX),
         })?;
-        self.core.phases.push(name.to_owned());
+        self.shared.phases.push(name.to_owned());
         Ok(Phase {
-            planner: self.core.id,
+            planner: self.shared.id,
             index,
         })
     }
@@ -171,14 +171,14 @@ impl<D: Device> Recorder<D> {
     /// with the same element type and shape (as after
     /// [`preload`](Recorder::preload)) returns the same handle.
     pub fn persistent<T: Element>(&mut self, name: &str, shape: &[usize]) -> Result<Persistent<T>> {
-        let owner = self.core.id;
+        let owner = self.shared.id;
         let handle = |index| Persistent {
             owner,
             index,
             _t: PhantomData,
         };
-        if let Some(index) = self.core.table.get_mut().find(name) {
-            let site = &self.core.table.get_mut().sites[index];
+        if let Some(index) = self.shared.table.get_mut().find(name) {
+            let site = &self.shared.table.get_mut().sites[index];
             if site.is_persistent() && site.dtype == T::DTYPE && site.max.as_slice() == shape {
                 return Ok(handle(index));
             }
@@ -192,11 +192,11 @@ impl<D: Device> Recorder<D> {
                 site: name.to_owned(),
             });
         }
-        let rounding = self.core.config.default_rounding;
+        let rounding = self.shared.config.default_rounding;
         let padded = site::padded(name, shape, rounding)?;
         let mut site = Site::persistent(name, T::DTYPE, shape);
-        self.core.ensure_capacity(&mut site, padded.elements())?;
-        let index = self.core.table.get_mut().insert(site)?;
+        self.shared.ensure_capacity(&mut site, padded.elements())?;
+        let index = self.shared.table.get_mut().insert(site)?;
         Ok(handle(index))
     }
 
@@ -204,8 +204,8 @@ impl<D: Device> Recorder<D> {
         if name.is_empty() {
             return Err(Error::EmptyName);
         }
-        if self.core.phases.iter().any(|p| p == name)
-            || self.core.table.get_mut().find(name).is_some()
+        if self.shared.phases.iter().any(|p| p == name)
+            || self.shared.table.get_mut().find(name).is_some()
         {
             return Err(Error::DuplicateName {
                 name: name.to_owned(),
@@ -230,15 +230,15 @@ impl<D: Device> Recorder<D> {
             ));
         }
         specs.validate().map_err(invalid)?;
-        if specs.phases != self.core.phases {
+        if specs.phases != self.shared.phases {
             return Err(invalid(format!(
                 "the specs' phases {:?} differ from the recorder's {:?}; declare the same phases in the same order first",
-                specs.phases, self.core.phases
+                specs.phases, self.shared.phases
             )));
         }
         // Check every entry before changing anything.
         {
-            let table = self.core.table.get_mut();
+            let table = self.shared.table.get_mut();
             for e in &specs.buffers {
                 if let Some(i) = table.find(&e.name) {
                     let site = &table.sites[i];
@@ -276,8 +276,8 @@ impl<D: Device> Recorder<D> {
             SpecLifetime::Step => Life::Step,
             SpecLifetime::Phases { first, last } => Life::Span(first, last),
         };
-        let default = self.core.config.default_rounding;
-        let table = self.core.table.get_mut();
+        let default = self.shared.config.default_rounding;
+        let table = self.shared.table.get_mut();
         if let Some(i) = table.find(&e.name) {
             let site = &mut table.sites[i];
             site.widen(&e.shape);
@@ -296,9 +296,9 @@ impl<D: Device> Recorder<D> {
         site.rounding = e.rounding;
         site.recorded = e.recorded_steps.is_some() && life != Life::Persistent;
         if life == Life::Persistent {
-            self.core.ensure_capacity(&mut site, padded.elements())?;
+            self.shared.ensure_capacity(&mut site, padded.elements())?;
         }
-        self.core.table.get_mut().insert(site)?;
+        self.shared.table.get_mut().insert(site)?;
         Ok(())
     }
 
@@ -308,7 +308,7 @@ impl<D: Device> Recorder<D> {
     pub fn step<R>(&mut self, f: impl FnOnce(&RecordStep<'_, D>) -> R) -> R {
         let recording = self.frozen.is_none();
         if recording {
-            self.core.begin_recording_step();
+            self.shared.begin_recording_step();
         }
         let out = {
             let frozen = self.frozen.as_mut().map(|Frozen { arena, ids }| {
@@ -316,14 +316,14 @@ impl<D: Device> Recorder<D> {
                 (arena.begin_step(), ids)
             });
             let step = RecordStep {
-                core: &self.core,
+                shared: &self.shared,
                 frozen,
             };
             f(&step)
         };
         if recording {
             self.recorded_steps += 1;
-            self.core.phase.set(0);
+            self.shared.phase.set(0);
         }
         out
     }
@@ -339,7 +339,7 @@ impl<D: Device> Recorder<D> {
     /// of steps it was learned from. In first-seen order.
     pub fn specs(&self) -> SpecSet {
         let steps = self.learned_steps();
-        let table = self.core.table.borrow();
+        let table = self.shared.table.borrow();
         let buffers = table
             .sites
             .iter()
@@ -357,7 +357,7 @@ impl<D: Device> Recorder<D> {
             })
             .collect();
         SpecSet {
-            phases: self.core.phases.clone(),
+            phases: self.shared.phases.clone(),
             buffers,
         }
     }
@@ -393,7 +393,7 @@ impl<D: Device> Recorder<D> {
         // Read everything first, so that a failed read leaves the recorder
         // frozen and whole.
         let mut saved = Vec::new();
-        for (i, site) in self.core.table.get_mut().sites.iter().enumerate() {
+        for (i, site) in self.shared.table.get_mut().sites.iter().enumerate() {
             if !site.is_persistent() {
                 continue;
             }
@@ -401,19 +401,16 @@ impl<D: Device> Recorder<D> {
                 index: i,
                 owner: "recorder",
             })?;
-            let b = frozen.arena.plan().buffer(id)?;
-            let mut data = vec![0u64; b.bytes().div_ceil(8)];
-            let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut data)[..b.bytes()];
-            frozen
-                .arena
-                .device
-                .read(&frozen.arena.slab, b.offset(), bytes)?;
+            let len = frozen.arena.plan().buffer(id)?.bytes();
+            let mut data = vec![0u64; len.div_ceil(8)];
+            let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut data)[..len];
+            frozen.arena.read_bytes(id, bytes)?;
             saved.push((i, data));
         }
-        self.core.rng.set(frozen.arena.rng_state());
+        self.shared.rng.set(frozen.arena.rng_state());
         self.frozen = None;
-        let pool = &self.core.pool;
-        let table = self.core.table.get_mut();
+        let pool = &self.shared.pool;
+        let table = self.shared.table.get_mut();
         for (i, data) in saved {
             pool.allocations.set(pool.allocations.get() + 1);
             pool.bytes.set(pool.bytes.get() + data.len() as u64 * 8);
@@ -423,7 +420,7 @@ impl<D: Device> Recorder<D> {
     }
 
     fn check_handle<T: Element>(&self, buffer: Persistent<T>) -> Result<()> {
-        if buffer.owner != self.core.id {
+        if buffer.owner != self.shared.id {
             return Err(Error::ForeignHandle {
                 index: buffer.index,
                 owner: "recorder",
@@ -460,17 +457,17 @@ impl<D: Device> Recorder<D> {
     /// The first `len` elements of a persistent site's pool memory, if its
     /// capacity holds them.
     fn pool_slice<T: Element>(&mut self, index: usize, len: usize) -> Result<&mut [T]> {
-        let default = self.core.config.default_rounding;
-        let site = self
-            .core
-            .table
-            .get_mut()
-            .sites
-            .get_mut(index)
-            .ok_or(Error::ForeignHandle {
-                index,
-                owner: "recorder",
-            })?;
+        let default = self.shared.config.default_rounding;
+        let site =
+            self.shared
+                .table
+                .get_mut()
+                .sites
+                .get_mut(index)
+                .ok_or(Error::ForeignHandle {
+                    index,
+                    owner: "recorder",
+                })?;
         let padded = site::padded(&site.name, &site.max, site.rounding.unwrap_or(default))?;
         let capacity = padded.elements();
         let all = bytemuck::cast_slice_mut::<u64, T>(&mut site.data);
@@ -495,7 +492,7 @@ impl<D: Device> Recorder<D> {
     pub fn rng_state(&self) -> RngState {
         match &self.frozen {
             Some(f) => f.arena.rng_state(),
-            None => self.core.rng.get(),
+            None => self.shared.rng.get(),
         }
     }
 
@@ -503,20 +500,20 @@ impl<D: Device> Recorder<D> {
     pub fn set_rng_state(&mut self, state: RngState) {
         match &mut self.frozen {
             Some(f) => f.arena.set_rng_state(state),
-            None => self.core.rng.set(state),
+            None => self.shared.rng.set(state),
         }
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> RecordStats {
-        let pool = &self.core.pool;
+        let pool = &self.shared.pool;
         RecordStats {
             recorded_steps: self.recorded_steps,
             learned_steps: self.learned_steps(),
             pool_requests: pool.requests.get(),
             pool_allocations: pool.allocations.get(),
             pool_bytes: pool.bytes.get(),
-            sites: self.core.table.borrow().sites.len(),
+            sites: self.shared.table.borrow().sites.len(),
             plans: self.plans,
             frozen: self.frozen.is_some(),
         }
@@ -544,10 +541,10 @@ impl<D: Device + Clone> Recorder<D> {
         if self.frozen.is_none() {
             let frozen = self.plan_and_reserve()?;
             self.plans += 1;
-            for site in self.core.table.get_mut().sites.iter_mut() {
+            for site in self.shared.table.get_mut().sites.iter_mut() {
                 site.data = Vec::new();
             }
-            self.core.pool.bytes.set(0);
+            self.shared.pool.bytes.set(0);
             self.frozen = Some(frozen);
         }
         self.frozen
@@ -558,19 +555,18 @@ impl<D: Device + Clone> Recorder<D> {
 
     fn plan_and_reserve(&mut self) -> Result<Frozen<D>> {
         let specs = self.specs();
-        let mut planner = Planner::with_config(self.core.config)?;
+        let mut planner = Planner::with_config(self.shared.config)?;
         let declared = specs.declare_on(&mut planner)?;
         let ids: Box<[BufferId]> = declared.ids().collect();
         let mut arena = Arena::new(self.device.clone(), planner.plan()?)?;
-        for (site, &id) in self.core.table.get_mut().sites.iter().zip(ids.iter()) {
+        for (site, &id) in self.shared.table.get_mut().sites.iter().zip(ids.iter()) {
             if site.is_persistent() {
-                let b = arena.plan().buffer(id)?;
                 let bytes = bytemuck::cast_slice::<u64, u8>(&site.data);
-                let n = b.bytes().min(bytes.len());
-                arena.device.write(&arena.slab, b.offset(), &bytes[..n])?;
+                let n = arena.plan().buffer(id)?.bytes().min(bytes.len());
+                arena.write_bytes(id, &bytes[..n])?;
             }
         }
-        arena.set_rng_state(self.core.rng.get());
+        arena.set_rng_state(self.shared.rng.get());
         Ok(Frozen { arena, ids })
     }
 }
@@ -579,7 +575,7 @@ impl<D: Device> std::fmt::Debug for Recorder<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recorder")
             .field("device", &self.device.name())
-            .field("phases", &self.core.phases)
+            .field("phases", &self.shared.phases)
             .field("stats", &self.stats())
             .finish()
     }

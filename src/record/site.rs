@@ -95,8 +95,8 @@ impl Site {
         if self.dtype != dtype {
             return Err(Error::DTypeMismatch {
                 buffer: self.name.to_string(),
-                declared: self.dtype,
-                requested: dtype,
+                declared: self.dtype.name(),
+                requested: dtype.name(),
             });
         }
         if self.max.len() != shape.len() {
@@ -165,7 +165,7 @@ mod tests {
         s.widen(&[7, 3]);
         s.widen(&[2, 12]);
         assert_eq!(s.max.as_slice(), &[7, 12]);
-        assert!(s.check_compatible(DType::F32, &[1, 1]).is_ok());
+        s.check_compatible(DType::F32, &[1, 1]).unwrap();
         let e = s.check_compatible(DType::F32, &[1, 1, 1]).unwrap_err();
         assert!(e.to_string().contains("number of dimensions"), "{e}");
         let e = s.check_compatible(DType::I32, &[1, 1]).unwrap_err();

@@ -1,9 +1,9 @@
 //! The step scope of a recorder: temporaries by site name, persistent
 //! buffers by handle, phases.
 
-use super::core::{Core, persistent_by_name};
 use super::lease::SiteLease;
 use super::recorder::Persistent;
+use super::shared_state::{SharedState, persistent_by_name};
 use crate::arena::Step;
 use crate::device::Device;
 use crate::dtype::Element;
@@ -17,7 +17,7 @@ use crate::plan::{BufferId, Phase};
 /// recorded; once frozen, the same calls lease planned buffers of its arena
 /// and allocate nothing.
 pub struct RecordStep<'r, D: Device> {
-    pub(crate) core: &'r Core,
+    pub(crate) shared: &'r SharedState,
     /// The arena step and the buffer id of every site, once frozen.
     pub(crate) frozen: Option<(Step<'r, D>, &'r [BufferId])>,
 }
@@ -41,7 +41,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
     #[inline]
     pub fn temp<T: Element>(&self, site: &str, shape: &[usize]) -> Result<SiteLease<'_, T, D>> {
         match &self.frozen {
-            None => self.core.request::<T>(site, shape).map(SiteLease::pooled),
+            None => self.shared.request::<T>(site, shape).map(SiteLease::pooled),
             Some((step, ids)) => {
                 let buffer = self.frozen_site::<T>(step, ids, site, shape)?;
                 let mut lease = step.lease(buffer)?;
@@ -64,7 +64,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
         name: &str,
         shape: &[usize],
     ) -> Result<crate::plan::Buffer<T>> {
-        let table = self.core.table.borrow();
+        let table = self.shared.table.borrow();
         let Some(index) = table.find(name) else {
             return Err(Error::UnrecordedSite {
                 site: name.to_owned(),
@@ -83,8 +83,8 @@ impl<'r, D: Device> RecordStep<'r, D> {
         let Some(buffer) = id.typed::<T>() else {
             return Err(Error::DTypeMismatch {
                 buffer: name.to_owned(),
-                declared: id.dtype(),
-                requested: T::DTYPE,
+                declared: id.dtype().name(),
+                requested: T::DTYPE.name(),
             });
         };
         let Some(planned) = step.plan().buffers().get(id.index()) else {
@@ -117,7 +117,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
     /// [`Recorder::persistent`](super::Recorder::persistent), viewed with its
     /// declared shape.
     pub fn lease<T: Element>(&self, buffer: Persistent<T>) -> Result<SiteLease<'_, T, D>> {
-        if buffer.owner != self.core.id {
+        if buffer.owner != self.shared.id {
             return Err(Error::ForeignHandle {
                 index: buffer.index,
                 owner: "recorder",
@@ -125,7 +125,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
         }
         match &self.frozen {
             None => self
-                .core
+                .shared
                 .lease_persistent::<T>(buffer.index)
                 .map(SiteLease::pooled),
             Some((step, ids)) => {
@@ -148,7 +148,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
     /// [`Recorder::phase`](super::Recorder::phase)); phases only move
     /// forward. Leases dropped from now on count as used up to `phase`.
     pub fn enter(&self, phase: Phase) -> Result<()> {
-        if phase.planner != self.core.id || phase.index() >= self.core.phases.len() {
+        if phase.planner != self.shared.id || phase.index() >= self.shared.phases.len() {
             return Err(Error::ForeignPhase {
                 index: phase.index(),
                 owner: "recorder",
@@ -156,14 +156,14 @@ impl<'r, D: Device> RecordStep<'r, D> {
         }
         match &self.frozen {
             None => {
-                let current = self.core.phase.get();
+                let current = self.shared.phase.get();
                 if phase.index() < current {
                     return Err(Error::PhaseOrder {
-                        current: self.core.phase_name().to_owned(),
-                        requested: self.core.phases[phase.index()].clone(),
+                        current: self.shared.phase_name().to_owned(),
+                        requested: self.shared.phases[phase.index()].clone(),
                     });
                 }
-                self.core.phase.set(phase.index());
+                self.shared.phase.set(phase.index());
                 Ok(())
             }
             Some((step, _)) => step.enter(Phase {
@@ -176,7 +176,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
     /// Name of the current phase (`"step"` when none are declared).
     pub fn phase(&self) -> &str {
         match &self.frozen {
-            None => self.core.phase_name(),
+            None => self.shared.phase_name(),
             Some((step, _)) => step.phase(),
         }
     }

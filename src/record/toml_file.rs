@@ -154,22 +154,14 @@ impl SpecSet {
     /// Reads and parses the spec file at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<SpecSet> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
-            operation: "read",
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, &e))?;
         parse(&text, &path.display().to_string())
     }
 
     /// Writes the set to `path` as TOML.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_toml()?).map_err(|e| Error::Io {
-            operation: "write",
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
+        std::fs::write(path, self.to_toml()?).map_err(|e| Error::io("write", path, &e))
     }
 }
 

@@ -12,6 +12,7 @@ tests check (see tests/replay.rs).
 Run from the repository root: python3 tests/data/make_snapshots.py
 """
 
+import gzip
 import os
 import pickle
 
@@ -125,6 +126,52 @@ def two_devices():
     return {"segments": [], "device_traces": [d0, d1]}
 
 
+def sites_snapshot():
+    """An out-of-memory snapshot as torch_npu writes it with
+    OOM_SNAPSHOT_ENABLE=1, with stack frames shared the way torch shares
+    them (one list per distinct traceback, one dict per distinct frame).
+
+    One 20 MiB segment: a (6 MiB, from model.py), b (6 MiB, from
+    data.py), c (6 MiB, from model.py); b is freed, then a 7 MiB request
+    (from train.py) fails: the oom entry reports 2 MiB free on the device.
+    """
+    s1 = 0x7F0001000000
+    six = 6 * MIB
+    blk6 = 6291968
+    lib = {"filename": "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py",
+           "line": 1511, "name": "_call_impl"}
+    model = {"filename": "model.py", "line": 12, "name": "forward"}
+    data = {"filename": "data.py", "line": 30, "name": "collate"}
+    train = {"filename": "train.py", "line": 88, "name": "step"}
+    at_model = [lib, model, train]  # innermost first
+    at_data = [data, train]
+    at_train = [train]
+
+    def e(action, addr, size, frames):
+        key = "device_free" if action == "oom" else "addr"
+        return {"action": action, key: addr, "size": size, "stream": 0,
+                "frames": frames, "time_us": 0}
+
+    trace = [
+        e("segment_alloc", s1, 20 * MIB, at_model),
+        e("alloc", s1, six, at_model),
+        e("alloc", s1 + blk6, six, at_data),
+        e("alloc", s1 + 2 * blk6, six, at_model),
+        e("free_requested", s1 + blk6, six, at_data),
+        e("free_completed", s1 + blk6, six, at_data),
+        e("oom", 2 * MIB, 7340544, at_train),
+    ]
+    blocks = [
+        block(s1, blk6, six, "active_allocated"),
+        block(s1 + blk6, blk6, 0, "inactive"),
+        block(s1 + 2 * blk6, blk6, six, "active_allocated"),
+        block(s1 + 3 * blk6, 20 * MIB - 3 * blk6, 0, "inactive"),
+    ]
+    for b, frames in zip(blocks, [at_model, [], at_model, []]):
+        b["frames"] = frames
+    return {"segments": [segment(s1, 20 * MIB, blocks)], "device_traces": [trace]}
+
+
 def main():
     files = {
         # Python's default protocol (4 in 3.11), as _dump_snapshot writes.
@@ -137,6 +184,12 @@ def main():
         with open(os.path.join(HERE, name), "wb") as f:
             pickle.dump(obj, f, protocol=protocol)
         print("wrote", name)
+    # gzip-compressed, as people ship snapshots; mtime 0 keeps it stable.
+    name = "oom_snapshot_sites.pickle.gz"
+    raw = pickle.dumps(sites_snapshot(), protocol=pickle.DEFAULT_PROTOCOL)
+    with open(os.path.join(HERE, name), "wb") as f:
+        f.write(gzip.compress(raw, mtime=0))
+    print("wrote", name)
 
 
 if __name__ == "__main__":

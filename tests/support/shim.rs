@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use libloading::Library;
 use tensor_arena::Element;
-use tensor_arena::device::ascend_abi::{LAUNCH_PREFIX, Tiling};
+use tensor_arena::device::ascend::abi::{LAUNCH_PREFIX, Tiling};
 use tensor_arena::ops::RngState;
 
 /// What a launch returns after a rule violation (ACL's AI Core exception).

@@ -1,14 +1,18 @@
 //! The simulated ACL runtime (`kernels/sim/`, built by `build.rs`): where it
 //! is, an `AscendConfig` that finds it and nothing else, and its control
-//! functions (`tasim_*`: capacity, fault injection, counters).
+//! functions (`tasim_*`: device settings, fault injection, counters).
 //!
-//! The simulation keeps its state per thread, and every test runs on its
-//! own thread, so tests see only their own counters and faults.
+//! The simulation shares devices, memory and streams across the threads of
+//! the process, as ACL does, and keeps counters and faults per thread: each
+//! test runs on its own thread, so it sees only its own counters and trips
+//! only its own faults, while tests running in parallel share one simulated
+//! HBM per device. A test that changes a device's settings uses its own
+//! device id from [`devices`].
 
 #![allow(dead_code)]
 
 use std::ffi::{CString, c_char};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libloading::Library;
@@ -23,6 +27,24 @@ pub const COPY_DATA: i32 = 507_052;
 /// `ACLNN_ERR_RUNTIME_ERROR`.
 pub const ACLNN_RUNTIME: i32 = 361_001;
 
+/// Device ids of the simulated 8-NPU machine, one per test that changes a
+/// device's settings (so tests running in parallel never see each other's
+/// capacity); everything else runs on device 0.
+pub mod devices {
+    /// Capacity and system reservation changed (out of memory).
+    pub const OOM: i32 = 1;
+    /// Capacity changed (headroom).
+    pub const HEADROOM: i32 = 2;
+    /// Two threads on one device (shared context and memory).
+    pub const SHARED: i32 = 3;
+    /// Vector cores changed.
+    pub const SETTINGS: i32 = 4;
+    /// Capacity changed (mid-run exhaustion without headroom).
+    pub const EXHAUSTED: i32 = 5;
+    /// One past the last device.
+    pub const MISSING: i32 = 8;
+}
+
 fn missing(what: &str, log_var: Option<&'static str>) -> ! {
     let log = log_var
         .and_then(|p| std::fs::read_to_string(p).ok())
@@ -33,10 +55,8 @@ fn missing(what: &str, log_var: Option<&'static str>) -> ! {
     );
 }
 
-/// The directory holding the simulated `libascendcl.so` (and the aclnn
-/// library names linked to it).
-pub fn dir() -> &'static Path {
-    match option_env!("TENSOR_ARENA_SIM_DIR") {
+fn built(var: Option<&'static str>) -> &'static Path {
+    match var {
         Some(d) => Path::new(d),
         None => missing(
             "simulated ACL runtime (kernels/sim)",
@@ -45,24 +65,42 @@ pub fn dir() -> &'static Path {
     }
 }
 
-/// The AscendC kernels compiled against the CPU shim: the kernel library.
-pub fn kernel_lib() -> &'static Path {
-    match option_env!("TENSOR_ARENA_SHIM_KERNELS") {
-        Some(p) => Path::new(p),
-        None => missing(
-            "AscendC shim kernel library",
-            option_env!("TENSOR_ARENA_SHIM_BUILD_LOG"),
-        ),
-    }
+/// The directory holding the simulated runtime in CANN's per-repository
+/// layout (`libascendcl.so`, `libnnopbase.so`, `libopapi_math.so`,
+/// `libopapi_nn.so`) and the kernel library `libtensor_arena_kernels.so`.
+pub fn dir() -> &'static Path {
+    built(option_env!("TENSOR_ARENA_SIM_DIR"))
 }
 
-/// Finds the simulated runtime and the shim kernel library, and nothing
-/// installed on the machine.
+/// The same runtime with the combined `libopapi.so` instead of the
+/// per-repository operator libraries.
+pub fn combined_dir() -> &'static Path {
+    built(option_env!("TENSOR_ARENA_SIM_COMBINED_DIR"))
+}
+
+/// The kernel library: CANN-style launch stubs (`kernels/sim/kernel_stub.cpp`)
+/// in front of the AscendC kernels compiled against the CPU shim.
+pub fn kernel_lib() -> PathBuf {
+    dir().join("libtensor_arena_kernels.so")
+}
+
+/// The same kernel library built for another SoC (ascend310p3): its
+/// registration fails on the simulated 910B2.
+pub fn foreign_kernel_lib() -> &'static Path {
+    built(option_env!("TENSOR_ARENA_SIM_FOREIGN_KERNELS"))
+}
+
+/// Finds the simulated runtime and its kernel library (next to it, where
+/// the backend looks by default), and nothing installed on the machine.
 pub fn config() -> AscendConfig {
+    AscendConfig::new().search_dir(dir()).system_search(false)
+}
+
+/// [`config`] with the combined operator library layout.
+pub fn combined_config() -> AscendConfig {
     AscendConfig::new()
-        .search_dir(dir())
+        .search_dir(combined_dir())
         .system_search(false)
-        .kernel_lib(kernel_lib())
 }
 
 /// The simulated runtime's control interface.
@@ -97,28 +135,64 @@ impl Sim {
         *s.unwrap_or_else(|e| panic!("{name} missing from the simulated runtime: {e}"))
     }
 
-    /// This thread's counters, settings and faults back to the defaults.
+    /// An entry point of the simulated runtime, for tests of its own rules.
+    ///
+    /// # Safety
+    /// `F` is the exact C type of `name`.
+    pub unsafe fn function<F: Copy>(&self, name: &str) -> F {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.f(name) }
+    }
+
+    /// This thread's counters, faults and error messages back to the
+    /// defaults (devices keep their settings: see [`Sim::reset_device`]).
     pub fn reset(&self) {
         // SAFETY: `void tasim_reset(void)`.
         unsafe { self.f::<unsafe extern "C" fn()>("tasim_reset")() }
     }
 
-    /// Simulated memory, in bytes.
-    pub fn set_capacity(&self, bytes: u64) {
-        // SAFETY: `void tasim_set_capacity(uint64_t)`.
-        unsafe { self.f::<unsafe extern "C" fn(u64)>("tasim_set_capacity")(bytes) }
+    /// Device `id`'s capacity, reservation and cores back to a 910B2's.
+    pub fn reset_device(&self, id: i32) {
+        // SAFETY: `void tasim_reset_device(int32_t)`.
+        unsafe { self.f::<unsafe extern "C" fn(i32)>("tasim_reset_device")(id) }
     }
 
-    /// Bytes the "system" holds (not free to the application).
-    pub fn set_system_reserved(&self, bytes: u64) {
-        // SAFETY: `void tasim_set_system_reserved(uint64_t)`.
-        unsafe { self.f::<unsafe extern "C" fn(u64)>("tasim_set_system_reserved")(bytes) }
+    /// Simulated memory of device `id`, in bytes.
+    pub fn set_capacity(&self, id: i32, bytes: u64) {
+        // SAFETY: `void tasim_set_capacity(int32_t, uint64_t)`.
+        unsafe { self.f::<unsafe extern "C" fn(i32, u64)>("tasim_set_capacity")(id, bytes) }
     }
 
-    /// Vector cores the device reports.
-    pub fn set_vector_cores(&self, cores: u32) {
-        // SAFETY: `void tasim_set_vector_cores(uint32_t)`.
-        unsafe { self.f::<unsafe extern "C" fn(u32)>("tasim_set_vector_cores")(cores) }
+    /// Bytes of device `id` the "system" holds (not free to the application).
+    pub fn set_system_reserved(&self, id: i32, bytes: u64) {
+        // SAFETY: `void tasim_set_system_reserved(int32_t, uint64_t)`.
+        unsafe { self.f::<unsafe extern "C" fn(i32, u64)>("tasim_set_system_reserved")(id, bytes) }
+    }
+
+    /// Vector cores device `id` reports.
+    pub fn set_vector_cores(&self, id: i32, cores: u32) {
+        // SAFETY: `void tasim_set_vector_cores(int32_t, uint32_t)`.
+        unsafe { self.f::<unsafe extern "C" fn(i32, u32)>("tasim_set_vector_cores")(id, cores) }
+    }
+
+    /// A figure of device `id` over the whole process: "refs", "in_use",
+    /// "peak", "free", "allocations".
+    pub fn device_counter(&self, id: i32, name: &str) -> u64 {
+        let c = CString::new(name).unwrap_or_default();
+        // SAFETY: `uint64_t tasim_device_counter(int32_t, const char *)`,
+        // given a NUL-terminated string that outlives the call.
+        unsafe {
+            self.f::<unsafe extern "C" fn(i32, *const c_char) -> u64>("tasim_device_counter")(
+                id,
+                c.as_ptr(),
+            )
+        }
+    }
+
+    /// Bytes the simulated aclrtMalloc charges for `size` under `policy`.
+    pub fn charged(&self, size: u64, policy: i32) -> u64 {
+        // SAFETY: `uint64_t tasim_charged(uint64_t, int)`.
+        unsafe { self.f::<unsafe extern "C" fn(u64, i32) -> u64>("tasim_charged")(size, policy) }
     }
 
     fn arm(&self, which: &str, nth: u64, code: i32) {
@@ -154,7 +228,18 @@ impl Sim {
         self.arm("sync", nth, code);
     }
 
-    /// A counter of this thread's simulation.
+    /// The `nth` launch stub's scratch allocation from now fails with `code`.
+    pub fn fail_launch_malloc(&self, nth: u64, code: i32) {
+        self.arm("launch_malloc", nth, code);
+    }
+
+    /// The `nth` aclSetAclOpExecutorRepeatable from now answers 561000.
+    pub fn refuse_repeatable(&self, nth: u64) {
+        // SAFETY: `void tasim_refuse_repeatable(uint64_t)`.
+        unsafe { self.f::<unsafe extern "C" fn(u64)>("tasim_refuse_repeatable")(nth) }
+    }
+
+    /// A counter of this thread's calls.
     pub fn counter(&self, name: &str) -> u64 {
         let c = CString::new(name).unwrap_or_default();
         // SAFETY: `uint64_t tasim_counter(const char *)`, given a
@@ -162,7 +247,7 @@ impl Sim {
         unsafe { self.f::<unsafe extern "C" fn(*const c_char) -> u64>("tasim_counter")(c.as_ptr()) }
     }
 
-    /// Every counter, `name=value` per line.
+    /// Every counter of this thread, `name=value` per line.
     pub fn counters(&self) -> String {
         // SAFETY: `size_t tasim_counters(char *buf, size_t cap)`.
         let f: unsafe extern "C" fn(*mut c_char, usize) -> usize =
@@ -176,12 +261,14 @@ impl Sim {
         String::from_utf8_lossy(&buf).into_owned()
     }
 
-    /// Asserts that nothing the backend made is still alive: memory,
-    /// streams, tensors, scalars, arrays, executors; and that no copy raced
-    /// queued work and nothing was freed under it.
+    /// Asserts that nothing the backend made on this thread is still alive:
+    /// memory, launch buffers, streams, tensors, scalars, arrays, executors;
+    /// that no copy raced queued work and nothing was freed under it; and
+    /// that no executor was used outside its documented lifetime.
     pub fn assert_clean(&self) {
         for name in [
             "live_allocations",
+            "live_launch_allocations",
             "bytes_in_use",
             "live_streams",
             "live_tensors",
@@ -194,6 +281,8 @@ impl Sim {
             "bad_device_pointers",
             "bad_streams",
             "bad_workspaces",
+            "bad_executors",
+            "destroyed_non_repeatable",
         ] {
             assert_eq!(
                 self.counter(name),

@@ -8,7 +8,10 @@ use std::ffi::c_void;
 use std::path::Path;
 use std::rc::Rc;
 
-use super::config::{AscendConfig, MallocPolicy, MemAttr};
+use super::abi::Tiling;
+use super::aclnn::Executors;
+use super::config::{AscendConfig, MallocPolicy, MemAttr, footprint};
+use super::kernel_soc;
 use super::kernels::KernelLib;
 use super::result::{self, Failure};
 use super::runtime::AscendRuntime;
@@ -16,8 +19,7 @@ use super::sys::{
     ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_DEVICE_OOM, ACL_ERROR_RT_MEMORY_ALLOCATION,
     ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclrtStream,
 };
-use crate::device::ascend_abi::Tiling;
-use crate::device::launch::check_launch;
+use crate::device::launch_checks::check_launch;
 use crate::device::{Device, DeviceCounters, Kernels, Region, Slab};
 use crate::dtype::DType;
 use crate::error::{Available, Error, Result};
@@ -26,22 +28,43 @@ use crate::ops::Kernel;
 /// Cores a launch uses when the runtime cannot say how many it has.
 const FALLBACK_BLOCKS: u32 = 8;
 
+/// Elements of the probe launch: one vector repeat of f32.
+const PROBE_ELEMENTS: usize = 64;
+/// The smallest allocation a slab makes, so the probe has room.
+const PROBE_BYTES: usize = PROBE_ELEMENTS * 4;
+/// The launch function the probe calls (`mul_scalar_` on f32).
+const PROBE_SYMBOL: &str = "aclrtlaunch_ta_mul_scalar_f32";
+
 /// An Ascend NPU reached through the ACL runtime, loaded at run time.
 ///
 /// Opening it calls `aclInit` (tolerating a process that already did),
 /// `aclrtSetDevice` and creates the device's own stream; the arena's slab
-/// is one `aclrtMalloc` (huge pages first by default), checked against
-/// `aclrtGetMemInfo` first so an oversized plan fails with needed and free
-/// bytes. Copies synchronise the stream first, so they see every kernel
-/// queued before them. Kernels run through the `aclrtlaunch_ta_*` functions
-/// of the kernel library; aclnn operators through `Step::aclnn` (see
-/// [`aclnn`](super::aclnn)).
+/// is one `aclrtMalloc` (huge pages first by default). Before allocating,
+/// the slab's footprint (the size as `aclrtMalloc` charges it: 32-byte
+/// padding, 2 MiB pages; see [`footprint`](super::footprint)) plus the
+/// configured [headroom](AscendConfig::headroom) is checked against
+/// `aclrtGetMemInfo`, so a plan that would leave the runtime no memory for
+/// its own launch buffers and operator data fails at startup, with needed,
+/// free and headroom bytes, instead of mid-run. The first slab also runs a
+/// probe kernel on bytes of known content and reads them back: a kernel
+/// library whose launches report success but do nothing (CANN's stubs do
+/// that when the library's registration failed, for a library built for
+/// another SoC) is reported as [`Error::KernelsNotRegistered`] before any
+/// step runs.
 ///
-/// The device is bound to the thread that opened it (ACL contexts are per
-/// thread), so it is neither `Send` nor `Sync`. Cloning is cheap and
-/// shares the stream and counters. Dropping the last clone (after the
-/// slab) destroys the stream and resets the device; `aclFinalize` is left
-/// to [`AscendRuntime::finalize`].
+/// Copies synchronise the stream first, so they see every kernel queued
+/// before them. Kernels run through the `aclrtlaunch_ta_*` functions of the
+/// kernel library; aclnn operators through `Step::aclnn` (see
+/// [`aclnn`](super::aclnn)), whose executors are made repeatable and reused
+/// for calls seen before ([`AscendConfig::executor_cache`]).
+///
+/// The device is bound to the thread that opened it (ACL's current device
+/// is per thread, though threads that set the same device share its
+/// default context and memory), so it is neither `Send` nor `Sync`.
+/// Cloning is cheap and shares the stream, executors and counters.
+/// Dropping the last clone (after the slab) destroys the cached executors
+/// and the stream and resets the device; finalising is left to
+/// [`AscendRuntime::finalize`].
 ///
 /// Its slab is device memory, so leases on it have no host slices (it is
 /// not [`HostAccessible`](crate::HostAccessible)); copies and kernels are
@@ -72,8 +95,10 @@ pub struct AscendDevice {
     inner: Rc<Inner>,
 }
 
-/// Field order is drop order: the stream goes before the device reference.
+/// Field order is drop order: the executors (destroyed after draining the
+/// stream) go before the stream, the stream before the device reference.
 struct Inner {
+    executors: Executors,
     stream: Stream,
     _context: Context,
     runtime: AscendRuntime,
@@ -83,6 +108,9 @@ struct Inner {
     policy: MallocPolicy,
     attr: MemAttr,
     max_blocks: u32,
+    headroom: usize,
+    /// Whether the probe launch has run (once, at the first reservation).
+    probed: Cell<bool>,
     counters: Counters,
 }
 
@@ -161,8 +189,10 @@ impl AscendDevice {
             .or_else(|| unsafe { result::vector_cores(rt, id) })
             .unwrap_or(FALLBACK_BLOCKS)
             .clamp(1, 65_535);
+        let executors = Executors::new(config.executor_cache, rt, stream.raw);
         Ok(AscendDevice {
             inner: Rc::new(Inner {
+                executors,
                 stream,
                 _context: context,
                 runtime,
@@ -172,6 +202,8 @@ impl AscendDevice {
                 policy: config.malloc_policy,
                 attr: config.mem_attr,
                 max_blocks,
+                headroom: config.headroom,
+                probed: Cell::new(false),
                 counters: Counters::default(),
             }),
         })
@@ -202,11 +234,41 @@ impl AscendDevice {
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the stream is live while `inner` is.
         unsafe { result::synchronize(self.inner.runtime.rt(), self.inner.stream.raw) }
-            .map_err(|f| self.fail(f))
+            .map_err(|f| self.fail(f))?;
+        // Nothing queued uses the retired executors any more.
+        self.inner.executors.drained();
+        Ok(())
+    }
+
+    /// `aclrtGetMemInfo` for the configured memory attribute: `(free,
+    /// total)` bytes, device-wide, without what the system reserves.
+    /// [`Error::MemoryAttributeUnsupported`] when the device answers free =
+    /// total = 0 (it has no memory of that kind).
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        // SAFETY: the runtime is loaded and this thread's device is set.
+        let (free, total) =
+            unsafe { result::mem_info(self.inner.runtime.rt(), self.inner.attr.code()) }
+                .map_err(|f| self.fail(f))?;
+        if free == 0 && total == 0 {
+            return Err(Error::MemoryAttributeUnsupported {
+                device: self.inner.name.clone(),
+                attr: self.inner.attr.name(),
+            });
+        }
+        Ok((free, total))
+    }
+
+    /// Device memory reservations leave to the runtime.
+    pub fn headroom(&self) -> usize {
+        self.inner.headroom
     }
 
     pub(crate) fn stream(&self) -> AclrtStream {
         self.inner.stream.raw
+    }
+
+    pub(crate) fn executors(&self) -> &Executors {
+        &self.inner.executors
     }
 
     pub(crate) fn fail(&self, f: Failure) -> Error {
@@ -242,8 +304,11 @@ impl AscendDevice {
     fn oom(&self, needed: usize) -> Error {
         let c = &self.inner.counters;
         c.failed_allocs.set(c.failed_allocs.get() + 1);
-        let available = match self.free_memory() {
-            Ok(Some(free)) => Available::Free(free),
+        let available = match self.mem_info() {
+            Ok((free, _)) => Available::FreeWithHeadroom {
+                free,
+                headroom: self.inner.headroom,
+            },
             _ => Available::Unknown,
         };
         Error::OutOfMemory {
@@ -251,6 +316,93 @@ impl AscendDevice {
             needed,
             available,
         }
+    }
+
+    /// Proves the kernel library runs: `mul_scalar_` by 2 on the first
+    /// [`PROBE_ELEMENTS`] f32 of a fresh slab, filled with known values and
+    /// read back, then zeroed again.
+    fn probe(&self, lib: &KernelLib, slab: &AscendSlab) -> Result<()> {
+        let rt = self.inner.runtime.rt();
+        let base = slab.base.cast::<c_void>();
+        let values: [f32; PROBE_ELEMENTS] = std::array::from_fn(|i| i as f32 + 1.0);
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        // SAFETY: the slab's allocation holds at least PROBE_BYTES from
+        // `base` (reserve makes it so); nothing is queued on it yet.
+        unsafe {
+            result::memcpy(
+                rt,
+                base,
+                PROBE_BYTES,
+                bytes.as_ptr().cast(),
+                PROBE_BYTES,
+                ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        }
+        .map_err(|f| self.fail(f))?;
+        let kernel = Kernel::MulScalar { s: 2.0 };
+        let tiling = Tiling::new(PROBE_ELEMENTS as u64, 1)?;
+        // SAFETY: `base` holds PROBE_ELEMENTS f32 of live device memory of
+        // this device's slab; the stream is this device's; f32 has kernels.
+        let code = unsafe {
+            lib.launch(
+                self.inner.stream.raw,
+                &kernel,
+                DType::F32,
+                base,
+                std::ptr::null_mut(),
+                &tiling,
+            )
+        };
+        let symbol = KernelLib::symbol(&kernel, DType::F32);
+        if code != 0 {
+            return Err(self.fail(Failure {
+                op: symbol,
+                code: code as i32,
+                message: result::recent_message(rt),
+            }));
+        }
+        self.synchronize()?;
+        let mut back = vec![0u8; PROBE_BYTES];
+        // SAFETY: as above; the stream has drained.
+        unsafe {
+            result::memcpy(
+                rt,
+                back.as_mut_ptr().cast(),
+                PROBE_BYTES,
+                base,
+                PROBE_BYTES,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        }
+        .map_err(|f| self.fail(f))?;
+        let got: Vec<f32> = back
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if got.as_slice() == values.as_slice() {
+            return Err(Error::KernelsNotRegistered {
+                device: self.inner.name.clone(),
+                library: lib.path.display().to_string(),
+                symbol: PROBE_SYMBOL,
+                built_for: kernel_soc::built_for(&lib.path),
+                device_soc: self.inner.runtime.soc_name(),
+            });
+        }
+        if let Some(i) = (0..PROBE_ELEMENTS).find(|&i| got[i] != 2.0 * values[i]) {
+            return Err(Error::Device {
+                device: self.inner.name.clone(),
+                operation: "kernel probe",
+                message: format!(
+                    "{symbol} by 2 turned element {i} = {} into {}, not {}: the kernel library {} computes wrong results",
+                    values[i],
+                    got[i],
+                    2.0 * values[i],
+                    lib.path.display()
+                ),
+            });
+        }
+        // SAFETY: as above; the stream has drained.
+        unsafe { result::memset(rt, base, PROBE_BYTES, 0, PROBE_BYTES) }.map_err(|f| self.fail(f))
     }
 }
 
@@ -277,36 +429,35 @@ impl Device for AscendDevice {
         64
     }
 
+    /// `None`: whether a slab fits is not "bytes <= free" on this device
+    /// (page rounding, the runtime's headroom), so [`Device::reserve`]
+    /// decides; [`AscendDevice::mem_info`] has the runtime's figures.
     fn free_memory(&self) -> Result<Option<usize>> {
-        // SAFETY: the runtime is loaded and this thread's device is set.
-        let (free, _) =
-            unsafe { result::mem_info(self.inner.runtime.rt(), self.inner.attr.code()) }
-                .map_err(|f| self.fail(f))?;
-        Ok(Some(free))
+        Ok(None)
     }
 
     fn reserve(&self, bytes: usize, align: usize) -> Result<AscendSlab> {
-        if let Some(free) = self.free_memory()?
-            && bytes > free
-        {
-            return Err(self.oom(bytes));
-        }
         if !align.is_power_of_two() {
             return Err(Error::InvalidAlignment { align, min: 64 });
         }
         // The runtime aligns to 64; stricter alignment comes from slack
-        // inside the same single allocation.
+        // inside the same single allocation, which also holds the probe.
         let slack = if align > 64 { align - 1 } else { 0 };
         let alloc_len = bytes
-            .max(1)
+            .max(PROBE_BYTES)
             .checked_add(slack)
-            .ok_or_else(|| self.oom(bytes))?;
+            .ok_or_else(|| self.oom(usize::MAX))?;
+        let (free, _) = self.mem_info()?;
+        let needed = footprint(alloc_len, self.inner.policy);
+        if needed.saturating_add(self.inner.headroom) > free {
+            return Err(self.oom(needed));
+        }
         let rt = self.inner.runtime.rt();
         // SAFETY: the runtime is loaded, the device set; the policy is a
         // header value.
         let raw = match unsafe { result::malloc(rt, alloc_len, self.inner.policy.code()) } {
             Ok(p) if !p.is_null() => p,
-            Ok(_) => return Err(self.oom(bytes)),
+            Ok(_) => return Err(self.oom(needed)),
             Err(f)
                 if [
                     ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -315,7 +466,7 @@ impl Device for AscendDevice {
                 ]
                 .contains(&f.code) =>
             {
-                return Err(self.oom(bytes));
+                return Err(self.oom(needed));
             }
             Err(f) => {
                 let c = &self.inner.counters;
@@ -350,6 +501,13 @@ impl Device for AscendDevice {
         // SAFETY: `raw..raw + alloc_len` is the allocation just made, and
         // nothing is queued on it yet.
         unsafe { result::memset(rt, raw, alloc_len, 0, alloc_len) }.map_err(|f| self.fail(f))?;
+        if let Some(lib) = self.inner.kernels
+            && !self.inner.probed.get()
+        {
+            // Dropping the slab on failure frees the allocation.
+            self.probe(lib, &slab)?;
+            self.inner.probed.set(true);
+        }
         Ok(slab)
     }
 

@@ -1,15 +1,15 @@
 //! The kernel library: the `aclrtlaunch_ta_*` functions that
 //! `kernels/ascend/` compiles to (with CANN, or against the CPU shim),
-//! loaded at run time and called with tiling from `ascend_abi`.
+//! loaded at run time and called with tiling from `abi`.
 
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::abi::{LAUNCH_PREFIX, Tiling, entry_point};
 use super::config::AscendConfig;
-use super::search;
+use super::library_search;
 use super::sys::{self, AclrtStream, Loaded};
-use crate::device::ascend_abi::{LAUNCH_PREFIX, Tiling, entry_point};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::Kernel;
@@ -46,15 +46,15 @@ impl KernelLib {
     /// Finds the kernel library for `config` (next to `runtime` by
     /// default) and resolves all fifteen launch functions.
     pub fn load(config: &AscendConfig, runtime: &Path) -> Result<&'static KernelLib> {
-        let candidates = search::kernel_candidates(config, runtime);
+        let candidates = library_search::kernel_candidates(config, runtime);
         // SAFETY: the kernel library built from kernels/ (by CANN or
         // against the shim), whose initialisers only register kernels.
         let loaded = unsafe {
-            search::open_first(
+            library_search::open_first(
                 "the kernel library (libtensor_arena_kernels.so)",
                 &candidates,
                 false,
-                search::kernel_hint(),
+                library_search::kernel_hint(),
             )
         }?;
         let mut all = LOADED.lock().unwrap_or_else(|e| e.into_inner());

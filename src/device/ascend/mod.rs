@@ -14,7 +14,12 @@
 //!   [`finalize`](AscendRuntime::finalize)), [`AscendDevice`] (device
 //!   reference, its own stream, counters; [`Device`](crate::Device) and
 //!   [`Kernels`](crate::device::Kernels)), [`AscendSlab`] (one `aclrtMalloc`,
-//!   freed on drop), and [`aclnn`] operators on leases.
+//!   sized with the runtime's headroom, freed on drop), and [`aclnn`]
+//!   operators on leases with reused executors.
+//!
+//! The operator libraries are CANN's per-repository `libopapi_nn.so` and
+//! `libopapi_math.so`, with the combined `libopapi.so` only for operators
+//! they lack.
 //!
 //! Kernels come from the kernel library `kernels/ascend/` builds (with
 //! CANN's `ascendc_library`), loaded at run time like the runtime. The
@@ -22,21 +27,40 @@
 //! (`kernels/sim/`) whose kernel launches execute the same AscendC sources
 //! compiled against the CPU shim (`kernels/shim/`). Nothing here has run on
 //! an NPU.
+//!
+//! `unsafe` is allowed module by module below, each for its FFI; `abi`,
+//! `config`, `kernel_soc` (ELF section names) and the aclnn views, operator
+//! list and executor-cache table are safe code.
 
+pub mod abi;
 pub mod aclnn;
 mod config;
+mod kernel_soc;
+// Device memory, streams and copies through ACL calls.
+#[allow(unsafe_code)]
 mod device;
+// Kernel library symbols resolved with dlsym and called through them.
+#[allow(unsafe_code)]
 mod kernels;
+// `dlopen` of the runtime, aclnn and kernel libraries (`libloading`).
+#[allow(unsafe_code)]
+mod library_search;
+// One checked wrapper per ACL call.
+#[allow(unsafe_code)]
 mod result;
+// `aclInit` / `aclFinalize` and the resolved function tables.
+#[allow(unsafe_code)]
 mod runtime;
-mod search;
+// The C declarations: function-pointer tables filled from the libraries.
+#[allow(unsafe_code)]
 pub mod sys;
 
-pub use aclnn::{Op, TensorView};
+pub use aclnn::{ExecutorStats, Op, TensorView};
 pub use config::{
-    AscendConfig, ENV_ACL_LIB, ENV_DEVICE, ENV_KERNEL_LIB, ENV_MALLOC_POLICY, MallocPolicy, MemAttr,
+    AscendConfig, DEFAULT_EXECUTOR_CACHE, DEFAULT_HEADROOM, ENV_ACL_LIB, ENV_DEVICE, ENV_HEADROOM,
+    ENV_KERNEL_LIB, ENV_MALLOC_POLICY, MallocPolicy, MemAttr, footprint,
 };
 pub use device::{AscendDevice, AscendSlab};
-pub use result::code_name;
+pub use library_search::{DEFAULT_TOOLKITS, KERNEL_LIB_NAME, RUNTIME_NAMES};
+pub use result::{code_fix, code_name};
 pub use runtime::AscendRuntime;
-pub use search::{KERNEL_LIB_NAME, RUNTIME_NAMES};

@@ -1,14 +1,16 @@
 //! Layer 2: ACL calls that check their status. Each wrapper calls one entry
 //! point and turns a non-zero `aclError` into a [`Failure`] carrying the
-//! code and the runtime's recent error message, read right after the
-//! failing call (`aclGetRecentErrMsg` keeps only the latest message, and
-//! its pointer only until the next call).
+//! code and the runtime's recent error messages, read right after the
+//! failing call: `aclGetRecentErrMsg` returns every message since it was
+//! last called, newest first, and clears them; its pointer is valid only
+//! until the next call (hicann/runtime
+//! `docs/zh/api_ref/13_exception_handling.md`).
 
 use std::ffi::{CStr, c_int, c_void};
 
 use super::sys::{
     ACL_DEVICE_INFO_VECTOR_CORE_NUM, ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, AclError,
-    AclrtStream, RuntimeFns,
+    AclnnStatus, AclrtStream, RuntimeFns,
 };
 use crate::error::Error;
 
@@ -24,19 +26,50 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// The crate error for this failure on `device`.
+    /// The crate error for this failure on `device`; codes with a known fix
+    /// carry it after the runtime's message.
     pub fn into_error(self, device: &str) -> Error {
+        let message = match (code_fix(self.code), self.message.is_empty()) {
+            (Some(fix), true) => fix.to_owned(),
+            (Some(fix), false) => format!("{}; {fix}", self.message),
+            (None, _) => self.message,
+        };
         Error::Acl {
             device: device.to_owned(),
             op: self.op,
             code: self.code,
             name: code_name(self.code),
-            message: self.message,
+            message,
         }
     }
 }
 
-/// The name the CANN headers give an `aclError` or `aclnnStatus` code.
+/// How to fix the status codes whose cause is the installation, per the
+/// aclnn return-code table (hicann/opbase
+/// `docs/en/api/nnopbase/opdev/aclnn_return_code/aclnn_return_codes.md`).
+///
+/// ```
+/// use tensor_arena::device::ascend::code_fix;
+/// assert!(code_fix(561107).unwrap().contains("ASCEND_OPP_PATH"));
+/// assert!(code_fix(207001).is_none());
+/// ```
+pub fn code_fix(code: i32) -> Option<&'static str> {
+    match code {
+        561_003 | 561_112 => Some(
+            "the operator's kernel package is not installed or not loaded: install the CANN ops (operator) package for this SoC and load set_env.sh",
+        ),
+        561_107 => Some(
+            "ASCEND_OPP_PATH is not set: load the toolkit's environment (`source /usr/local/Ascend/cann/set_env.sh`) before starting the process",
+        ),
+        _ => None,
+    }
+}
+
+/// The name the CANN headers give an `aclError` or `aclnnStatus` code:
+/// `acl/acl_base_rt.h` and `acl/error_codes/rt_error_codes.h` (hicann/runtime)
+/// for ACL, the aclnn return-code table (hicann/opbase
+/// `docs/en/api/nnopbase/opdev/aclnn_return_code/aclnn_return_codes.md`) for
+/// aclnn.
 ///
 /// ```
 /// use tensor_arena::device::ascend::code_name;
@@ -74,7 +107,14 @@ pub fn code_name(code: i32) -> &'static str {
         500_000 => "ACL_ERROR_INTERNAL_ERROR",
         500_001 => "ACL_ERROR_FAILURE",
         500_003 => "ACL_ERROR_RT_FAILURE",
+        500_002 => "ACL_ERROR_GE_FAILURE",
+        500_004 => "ACL_ERROR_DRV_FAILURE",
+        207_005 => "ACL_ERROR_RT_RESOURCE_ALLOC_FAIL",
+        207_012 => "ACL_ERROR_RT_OVER_LIMIT",
         507_000 => "ACL_ERROR_RT_INTERNAL_ERROR",
+        507_008 => "ACL_ERROR_RT_SOC_VERSION",
+        507_024 => "ACL_ERROR_RT_KERNEL_UNREGISTERING",
+        507_027 => "ACL_ERROR_RT_KERNEL_LOOKUP",
         507_011 => "ACL_ERROR_RT_MODEL_EXECUTE",
         507_013 => "ACL_ERROR_RT_SYS_DMA",
         507_014 => "ACL_ERROR_RT_AICORE_TIMEOUT",
@@ -84,16 +124,36 @@ pub fn code_name(code: i32) -> &'static str {
         507_046 => "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT",
         507_052 => "ACL_ERROR_RT_COPY_DATA",
         507_053 => "ACL_ERROR_RT_DEVICE_MEM_ERROR",
+        507_899 => "ACL_ERROR_RT_DRV_INTERNAL_ERROR",
         561_000 => "ACLNN_ERR_INNER",
         561_001 => "ACLNN_ERR_INNER_INFERSHAPE_ERROR",
         561_002 => "ACLNN_ERR_INNER_TILING_ERROR",
         561_003 => "ACLNN_ERR_INNER_FIND_KERNEL_ERROR",
+        561_101 => "ACLNN_ERR_INNER_CREATE_EXECUTOR",
+        561_102 => "ACLNN_ERR_INNER_NOT_TRANS_EXECUTOR",
         561_103 => "ACLNN_ERR_INNER_NULLPTR",
+        561_104 => "ACLNN_ERR_INNER_WRONG_ATTR_INFO_SIZE",
+        561_105 => "ACLNN_ERR_INNER_KEY_CONFLICT",
+        561_106 => "ACLNN_ERR_INNER_INVALID_IMPL_MODE",
+        561_107 => "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND",
+        561_108 => "ACLNN_ERR_INNER_LOAD_JSON_FAILED",
+        561_109 => "ACLNN_ERR_INNER_JSON_VALUE_NOT_FOUND",
+        561_110 => "ACLNN_ERR_INNER_JSON_FORMAT_INVALID",
+        561_111 => "ACLNN_ERR_INNER_JSON_DTYPE_INVALID",
+        561_112 => "ACLNN_ERR_INNER_OPP_KERNEL_PKG_NOT_FOUND",
+        561_113 => "ACLNN_ERR_INNER_OP_FILE_INVALID",
+        561_114 => "ACLNN_ERR_INNER_ATTR_NUM_OUT_OF_BOUND",
+        561_115 => "ACLNN_ERR_INNER_ATTR_LEN_NOT_ENOUGH",
+        561_116 => "ACLNN_ERR_INNER_INPUT_NUM_IN_JSON_TOO_LARGE",
+        561_117 => "ACLNN_ERR_INNER_INPUT_JSON_IS_NULL",
+        561_118 => "ACLNN_ERR_INNER_STATIC_WORKSPACE_INVALID",
+        561_119 => "ACLNN_ERR_INNER_STATIC_BLOCK_DIM_INVALID",
         _ => "unknown",
     }
 }
 
-/// The runtime's recent error message, copied out ("" when there is none).
+/// The runtime's recent error messages, newest first, copied out ("" when
+/// there are none).
 pub fn recent_message(rt: &RuntimeFns) -> String {
     // SAFETY: `aclGetRecentErrMsg` takes no arguments and returns null or
     // a NUL-terminated string valid until the next call on this thread,
@@ -121,6 +181,26 @@ pub fn check(rt: &RuntimeFns, op: &str, code: i32) -> Result<(), Failure> {
     }
 }
 
+/// `Ok` for `ACLNN_SUCCESS` (0), else a [`Failure`] of `{op}{phase}`
+/// (`aclnnMm` + `GetWorkspaceSize` for a first phase, `""` for the second),
+/// with the runtime's recent message, where aclnn reports its details.
+pub fn check_nn(
+    rt: &RuntimeFns,
+    op: &str,
+    phase: &str,
+    status: AclnnStatus,
+) -> Result<(), Failure> {
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(Failure {
+            op: format!("{op}{phase}"),
+            code: status,
+            message: recent_message(rt),
+        })
+    }
+}
+
 /// `aclInit(NULL)`; `Ok(false)` when the process had already initialised
 /// ACL (`ACL_ERROR_REPEAT_INITIALIZE`), which is harmless.
 ///
@@ -137,14 +217,37 @@ pub unsafe fn init(rt: &RuntimeFns) -> Result<bool, Failure> {
     check(rt, "aclInit", code).map(|()| true)
 }
 
-/// `aclFinalize()`.
+/// `aclFinalizeReference(NULL)` (one `aclInit` taken back), or
+/// `aclFinalize()` where the toolkit lacks it.
 ///
 /// # Safety
-/// `rt` is loaded; no stream, allocation or device of this process is used
-/// afterwards (finalisation tears the runtime down).
+/// `rt` is loaded; nothing of the caller's `aclInit` is used afterwards (the
+/// last reference tears the runtime down, and `aclFinalize` always does).
 pub unsafe fn finalize(rt: &RuntimeFns) -> Result<(), Failure> {
-    // SAFETY: no arguments; the caller guarantees nothing uses ACL after.
-    check(rt, "aclFinalize", unsafe { (rt.finalize)() })
+    match rt.finalize_reference {
+        // SAFETY: a null count is allowed (the header says so); the caller
+        // guarantees nothing of its reference is used after.
+        Some(f) => check(rt, "aclFinalizeReference", unsafe {
+            f(std::ptr::null_mut())
+        }),
+        // SAFETY: no arguments; the caller guarantees nothing uses ACL after.
+        None => check(rt, "aclFinalize", unsafe { (rt.finalize)() }),
+    }
+}
+
+/// `aclrtGetSocName()`, copied out; `None` when the runtime lacks it or
+/// answers null.
+///
+/// # Safety
+/// `rt` is loaded.
+pub unsafe fn soc_name(rt: &RuntimeFns) -> Option<String> {
+    let f = rt.get_soc_name?;
+    // SAFETY: no arguments; the result is null or a NUL-terminated string
+    // the runtime owns, copied right away.
+    unsafe {
+        let p = f();
+        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+    }
 }
 
 /// `aclrtSetDevice(id)`.
@@ -342,9 +445,27 @@ mod tests {
     fn every_named_code_is_distinct() {
         let codes = [
             100_000, 100_002, 107_000, 161_001, 161_002, 207_001, 207_018, 507_015, 561_000,
+            561_107, 561_112, 507_899,
         ];
         let names: std::collections::HashSet<_> = codes.iter().map(|&c| code_name(c)).collect();
         assert_eq!(names.len(), codes.len());
         assert!(!names.contains("unknown"));
+    }
+
+    #[test]
+    fn installation_codes_carry_their_fix() {
+        for (code, word) in [(561_107, "ASCEND_OPP_PATH"), (561_112, "kernel package")] {
+            let e = Failure {
+                op: "aclnnMmGetWorkspaceSize".into(),
+                code,
+                message: "inner error".into(),
+            }
+            .into_error("ascend:0");
+            let text = e.to_string();
+            assert!(
+                text.contains(word) && text.contains("inner error") && !text.contains("unknown"),
+                "{text}"
+            );
+        }
     }
 }

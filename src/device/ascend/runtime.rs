@@ -1,13 +1,13 @@
 //! The loaded ACL runtime: its libraries, found once per process and never
-//! unloaded, and `aclInit` / `aclFinalize`.
+//! unloaded, and `aclInit` / `aclFinalizeReference`.
 
 use std::path::Path;
 use std::sync::Mutex;
 
 use super::config::AscendConfig;
+use super::library_search::{self, NNOPBASE_NAME, OPAPI_MATH_NAME, OPAPI_NAME, OPAPI_NN_NAME};
 use super::result;
-use super::search::{self, NNOPBASE_NAME, OPAPI_NAME};
-use super::sys::{Loaded, NnFns, RuntimeFns};
+use super::sys::{Loaded, NnFns, OpRepo, RuntimeFns};
 use crate::error::{Error, Result};
 
 /// The libraries of one runtime installation, leaked on purpose: unloading
@@ -27,10 +27,16 @@ static LOADED: Mutex<Vec<&'static Libs>> = Mutex::new(Vec::new());
 
 /// A loaded and initialised ACL runtime (`aclInit` done).
 ///
-/// Cheap to copy. Finalising is explicit ([`AscendRuntime::finalize`]) and
-/// never happens in a destructor: ACL's own singletons are destroyed in an
-/// unknown order at exit, and a finalised runtime cannot serve the devices
-/// and arenas that may still exist.
+/// Cheap to copy. Each [`AscendRuntime::load`] (and so each
+/// [`AscendDevice::new`](super::AscendDevice::new)) is one `aclInit`, and
+/// ACL counts them: [`AscendRuntime::finalize`] takes one back
+/// (`aclFinalizeReference`), and the runtime deinitialises when the last is
+/// taken back, so independent users in one process (threads, libraries,
+/// tests) do not finalise under each other (hicann/runtime
+/// `docs/zh/api_ref/02_initialization_and_deinitialization.md`). Finalising
+/// is explicit and never happens in a destructor: ACL's own singletons are
+/// destroyed in an unknown order at exit, and a finalised runtime cannot
+/// serve the devices and arenas that may still exist.
 #[derive(Clone, Copy)]
 pub struct AscendRuntime {
     libs: &'static Libs,
@@ -53,16 +59,16 @@ impl AscendRuntime {
     /// searched and how to fix it.
     pub fn load(config: &AscendConfig) -> Result<AscendRuntime> {
         let env = |name: &str| std::env::var_os(name);
-        let candidates = search::runtime_candidates(config, &env);
+        let candidates = library_search::runtime_candidates(config, &env);
         // SAFETY: the candidates are ACL runtime libraries by name and
         // place (or the one the user named), whose initialisers are meant
         // to run in any process that uses ACL.
         let loaded = unsafe {
-            search::open_first(
+            library_search::open_first(
                 "the ACL runtime (libascendcl.so or libacl_rt.so)",
                 &candidates,
                 true,
-                search::runtime_hint(),
+                library_search::runtime_hint(),
             )
         }?;
         let libs = register(loaded, config)?;
@@ -87,12 +93,33 @@ impl AscendRuntime {
         unsafe { result::device_count(&self.libs.rt) }.map_err(|f| f.into_error("ascend"))
     }
 
-    /// `aclFinalize`: ends this process's use of ACL. Call it once, after
-    /// every arena, slab and device of the process has been dropped.
+    /// Takes back one `aclInit`: call it once per [`AscendRuntime::load`]
+    /// (each [`AscendDevice::new`](super::AscendDevice::new) loads), after
+    /// every arena, slab and device made through it has been dropped. With
+    /// `aclFinalizeReference` (CANN 8.x) the runtime deinitialises when the
+    /// last load is finalised; a toolkit without it gets `aclFinalize`,
+    /// which ends the whole process's use of ACL at once.
     pub fn finalize(self) -> Result<()> {
         // SAFETY: the runtime is loaded; by this method's contract nothing
-        // uses ACL afterwards.
+        // of this load uses ACL afterwards.
         unsafe { result::finalize(&self.libs.rt) }.map_err(|f| f.into_error("ascend"))
+    }
+
+    /// The library aclnn operator `name` (`aclnnMm`, ...) was resolved from:
+    /// its repository's `libopapi_nn.so` / `libopapi_math.so` when present,
+    /// else `libopapi.so`; `None` when no library provides it (or aclnn is
+    /// missing).
+    pub fn operator_library(&self, name: &str) -> Option<&Path> {
+        let nn = self.libs.nn.as_ref().ok()?;
+        let i = nn.library_index(name)?;
+        nn.libraries.get(i).map(|p| p.as_path())
+    }
+
+    /// The device's SoC name (`aclrtGetSocName`, such as `Ascend910B2`), if
+    /// the runtime tells.
+    pub fn soc_name(&self) -> Option<String> {
+        // SAFETY: the runtime is loaded.
+        unsafe { result::soc_name(&self.libs.rt) }
     }
 
     pub(crate) fn rt(&self) -> &'static RuntimeFns {
@@ -126,33 +153,86 @@ fn register(loaded: Loaded, config: &AscendConfig) -> Result<&'static Libs> {
     Ok(libs)
 }
 
-/// Loads libnnopbase and libopapi and resolves the aclnn table.
+/// Loads libnnopbase and the operator libraries and resolves the aclnn
+/// table: each operator from its repository's library (`libopapi_nn.so`,
+/// `libopapi_math.so`) when that is installed and exports both phases;
+/// `libopapi.so` is loaded only if some operator is still missing, and only
+/// for those (CANN does not support mixing the two kinds for one operator).
 fn load_nn(
     runtime: &Path,
     config: &AscendConfig,
 ) -> (std::result::Result<NnFns, Error>, Vec<Loaded>) {
     let env = |name: &str| std::env::var_os(name);
-    let mut libs = Vec::new();
-    let mut errors = Vec::new();
-    for name in [NNOPBASE_NAME, OPAPI_NAME] {
-        let candidates = search::nn_candidates(name, runtime, config, &env);
+    let open = |name: &'static str| {
+        let candidates = library_search::nn_candidates(name, runtime, config, &env);
         // SAFETY: CANN's aclnn libraries by name and place.
-        match unsafe { search::open_first(name, &candidates, false, String::new()) } {
-            Ok(l) => libs.push(l),
-            Err(Error::LibraryNotFound { tried, .. }) => errors.extend(tried),
-            Err(e) => errors.push(format!("  {e}")),
+        unsafe { library_search::open_first(name, &candidates, false, String::new()) }
+    };
+    let not_found = |name: &str, e: Error| match e {
+        Error::LibraryNotFound { tried, .. } => {
+            format!("{name}: not found (tried: {})", tried.join(";").trim())
+        }
+        e => format!("{name}: {e}"),
+    };
+    let base = match open(NNOPBASE_NAME) {
+        Ok(l) => l,
+        Err(Error::LibraryNotFound { tried, .. }) => {
+            let e = Error::LibraryNotFound {
+                what: format!("the aclnn base library ({NNOPBASE_NAME})"),
+                tried,
+                hint: "It ships with the CANN toolkit (lib64 next to libascendcl.so); load its set_env.sh.".to_owned(),
+            };
+            return (Err(e), Vec::new());
+        }
+        Err(e) => return (Err(e), Vec::new()),
+    };
+    // SAFETY: libnnopbase, kept loaded alongside the table.
+    let mut nn = match unsafe { NnFns::resolve_base(&base) } {
+        Ok(nn) => nn,
+        Err(e) => return (Err(e), vec![base]),
+    };
+    let mut libs = vec![base];
+    let mut repo_index = [None, None];
+    for (slot, (name, repo)) in [(OPAPI_NN_NAME, OpRepo::Nn), (OPAPI_MATH_NAME, OpRepo::Math)]
+        .into_iter()
+        .enumerate()
+    {
+        match open(name) {
+            Ok(l) => {
+                nn.searched
+                    .push(format!("{} ({} operators)", l.path.display(), repo.name()));
+                nn.libraries.push(l.path.clone());
+                repo_index[slot] = Some(libs.len());
+                libs.push(l);
+            }
+            Err(e) => nn.searched.push(not_found(name, e)),
         }
     }
-    if libs.is_empty() {
-        let e = Error::LibraryNotFound {
-            what: "the aclnn operator libraries (libnnopbase.so, libopapi.so)".to_owned(),
-            tried: errors,
-            hint: "They ship with the CANN toolkit (lib64 next to libascendcl.so); load its set_env.sh.".to_owned(),
-        };
-        return (Err(e), libs);
+    let pick = |repo: OpRepo| -> Vec<usize> {
+        let slot = usize::from(repo == OpRepo::Math);
+        repo_index[slot].into_iter().collect()
+    };
+    {
+        let refs: Vec<&Loaded> = libs.iter().collect();
+        // SAFETY: the operator libraries, kept loaded alongside the table.
+        unsafe { nn.resolve_missing(&refs, &pick) };
     }
-    let refs: Vec<&Loaded> = libs.iter().collect();
-    // SAFETY: the aclnn libraries, kept loaded alongside the table.
-    let nn = unsafe { NnFns::resolve(&refs) };
-    (nn, libs)
+    if nn.any_missing() {
+        match open(OPAPI_NAME) {
+            Ok(l) => {
+                nn.searched.push(format!(
+                    "{} (the combined library, for operators the per-repository ones lack)",
+                    l.path.display()
+                ));
+                nn.libraries.push(l.path.clone());
+                let combined = libs.len();
+                libs.push(l);
+                let refs: Vec<&Loaded> = libs.iter().collect();
+                // SAFETY: as above.
+                unsafe { nn.resolve_missing(&refs, &|_| vec![combined]) };
+            }
+            Err(e) => nn.searched.push(not_found(OPAPI_NAME, e)),
+        }
+    }
+    (Ok(nn), libs)
 }

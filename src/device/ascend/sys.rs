@@ -3,10 +3,10 @@
 //!
 //! Signatures follow the CANN headers: `acl/acl_rt.h`, `acl/acl_base_rt.h`
 //! and `acl/error_codes/rt_error_codes.h` (hicann/runtime), `aclnn/acl_meta.h`
-//! and the `aclnnop/aclnn_*.h` operator headers (CANN 8.x, hicann/ops-math,
-//! ops-nn). C enums are `int`; `aclError` is `int`, `aclnnStatus` is
-//! `int32_t`. Nothing here checks anything: see `result` for the error
-//! mapping and the safe layer for ownership.
+//! and the `op_api/aclnn_*.h` operator headers (hicann/ops-math, ops-nn).
+//! C enums are `int`; `aclError` is `int`, `aclnnStatus` is `int32_t`.
+//! Nothing here checks anything: see `result` for the error mapping and the
+//! safe layer for ownership.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
@@ -83,6 +83,12 @@ pub struct RuntimeFns {
     pub init: unsafe extern "C" fn(*const c_char) -> AclError,
     /// `aclError aclFinalize(void)`
     pub finalize: unsafe extern "C" fn() -> AclError,
+    /// `aclError aclFinalizeReference(uint64_t *refCount)`: takes back one
+    /// `aclInit` (absent from older toolkits).
+    pub finalize_reference: Option<unsafe extern "C" fn(*mut u64) -> AclError>,
+    /// `const char *aclrtGetSocName()` (`acl_base_rt.h`; absent from older
+    /// toolkits).
+    pub get_soc_name: Option<unsafe extern "C" fn() -> *const c_char>,
     /// `aclError aclrtSetDevice(int32_t deviceId)`
     pub set_device: unsafe extern "C" fn(i32) -> AclError,
     /// `aclError aclrtResetDevice(int32_t deviceId)`
@@ -199,11 +205,72 @@ pub type AdamWWsFn = unsafe extern "C" fn(
     *mut *mut AclOpExecutor,
 ) -> AclnnStatus;
 
-/// One operator's two phases; `None` when the library does not export it.
-pub type OpPair<W> = Option<(W, RunFn)>;
+/// The CANN operator repository an operator belongs to, which names the
+/// per-repository library that exports it (`libopapi_math.so`,
+/// `libopapi_nn.so`; hicann/ops-math and hicann/ops-nn
+/// `docs/zh/op_api_list.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpRepo {
+    /// hicann/ops-math.
+    Math,
+    /// hicann/ops-nn.
+    Nn,
+}
 
-/// The aclnn entry points the crate uses (`libnnopbase.so`, `libopapi.so`).
+impl OpRepo {
+    /// The repository's name (`ops-math`, `ops-nn`).
+    pub fn name(self) -> &'static str {
+        match self {
+            OpRepo::Math => "ops-math",
+            OpRepo::Nn => "ops-nn",
+        }
+    }
+}
+
+/// Every operator the crate calls and its repository: Mm, Relu, Softmax and
+/// ApplyAdamWV2 are ops-nn's; Add, Sub, Mul, GtScalar and ReduceSum
+/// ops-math's (where their `op_api/aclnn_*.h` headers live).
+pub const OPERATORS: [(&str, OpRepo); 10] = [
+    ("aclnnMm", OpRepo::Nn),
+    ("aclnnInplaceAdd", OpRepo::Math),
+    ("aclnnInplaceSub", OpRepo::Math),
+    ("aclnnInplaceMul", OpRepo::Math),
+    ("aclnnMul", OpRepo::Math),
+    ("aclnnInplaceRelu", OpRepo::Nn),
+    ("aclnnGtScalar", OpRepo::Math),
+    ("aclnnReduceSum", OpRepo::Math),
+    ("aclnnSoftmax", OpRepo::Nn),
+    ("aclnnApplyAdamWV2", OpRepo::Nn),
+];
+
+/// The repository of operator `name` (`aclnnMm`, ...), if the crate calls it.
+pub fn repo_of(name: &str) -> Option<OpRepo> {
+    OPERATORS.iter().find(|(n, _)| *n == name).map(|&(_, r)| r)
+}
+
+/// One operator's two phases, both from one library (never mixed).
 #[derive(Clone, Copy)]
+pub struct OpEntry<W> {
+    /// `aclnnXxxGetWorkspaceSize`.
+    pub ws: W,
+    /// `aclnnXxx`.
+    pub run: RunFn,
+    /// Index into [`NnFns::libraries`] of the library both came from.
+    pub library: usize,
+}
+
+/// One operator; `None` when no library searched exports both phases.
+pub type OpPair<W> = Option<OpEntry<W>>;
+
+/// `aclnnStatus f(aclOpExecutor *executor)`:
+/// `aclSetAclOpExecutorRepeatable`, `aclDestroyAclOpExecutor`.
+pub type ExecutorFn = unsafe extern "C" fn(*mut AclOpExecutor) -> AclnnStatus;
+
+/// The aclnn entry points the crate uses: the base objects from
+/// `libnnopbase.so`, each operator from its repository's library
+/// (`libopapi_nn.so`, `libopapi_math.so`) or, where that is absent or lacks
+/// it, the combined `libopapi.so`.
+#[derive(Clone)]
 pub struct NnFns {
     /// `aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDataType dataType,
     /// const int64_t *stride, int64_t offset, aclFormat format, const int64_t *storageDims,
@@ -229,9 +296,13 @@ pub struct NnFns {
     pub create_int_array: unsafe extern "C" fn(*const i64, u64) -> *mut AclIntArray,
     /// `aclnnStatus aclDestroyIntArray(const aclIntArray *array)`
     pub destroy_int_array: unsafe extern "C" fn(*const AclIntArray) -> AclnnStatus,
-    /// `aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)` (CANN 8+):
-    /// frees an executor whose second phase is never run.
-    pub destroy_executor: Option<unsafe extern "C" fn(*mut AclOpExecutor) -> AclnnStatus>,
+    /// `aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor)`:
+    /// hands an executor, right after its first phase, to the caller, who
+    /// may run it again and must destroy it.
+    pub set_repeatable: Option<ExecutorFn>,
+    /// `aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)`:
+    /// documented for repeatable executors only.
+    pub destroy_executor: Option<ExecutorFn>,
     /// aclnnMm
     pub mm: OpPair<MmWsFn>,
     /// aclnnInplaceAdd
@@ -252,6 +323,12 @@ pub struct NnFns {
     pub softmax: OpPair<SoftmaxWsFn>,
     /// aclnnApplyAdamWV2
     pub apply_adam_w: OpPair<AdamWWsFn>,
+    /// Where each operator library came from (indices of
+    /// [`OpEntry::library`]).
+    pub libraries: Vec<PathBuf>,
+    /// Every operator library searched and what came of it, for the error
+    /// a missing operator reports.
+    pub searched: Vec<String>,
 }
 
 /// A loaded library and where it came from.
@@ -347,6 +424,8 @@ impl RuntimeFns {
             Ok(RuntimeFns {
                 init: symbol(lib, "aclInit")?,
                 finalize: symbol(lib, "aclFinalize")?,
+                finalize_reference: symbol(lib, "aclFinalizeReference").ok(),
+                get_soc_name: symbol(lib, "aclrtGetSocName").ok(),
                 set_device: symbol(lib, "aclrtSetDevice")?,
                 reset_device: symbol(lib, "aclrtResetDevice")?,
                 get_device_count: symbol(lib, "aclrtGetDeviceCount")?,
@@ -365,79 +444,168 @@ impl RuntimeFns {
     }
 }
 
-/// Both phases of one operator, or `None` when either is missing.
+/// Both phases of one operator from the first of `candidates` (indices
+/// into `libs`) that exports both, or `None`.
 ///
 /// # Safety
 /// `W` must be the C type of the workspace function `ws`; the libraries
 /// stay loaded while the pointers are used.
-unsafe fn pair<W: Copy>(libs: &[&Loaded], ws: &str, run: &str) -> OpPair<W> {
-    // SAFETY: forwarded to the caller; `RunFn` is the type every second
-    // phase has.
-    unsafe {
-        let w = symbol_in::<W>(libs, ws).ok()?;
-        let r = symbol_in::<RunFn>(libs, run).ok()?;
-        Some((w, r))
-    }
+unsafe fn pair<W: Copy>(libs: &[&Loaded], candidates: &[usize], ws: &str, run: &str) -> OpPair<W> {
+    candidates.iter().find_map(|&i| {
+        let lib = libs.get(i)?;
+        // SAFETY: forwarded to the caller; `RunFn` is the type every second
+        // phase has.
+        let (w, r) = unsafe { (symbol::<W>(lib, ws).ok()?, symbol::<RunFn>(lib, run).ok()?) };
+        Some(OpEntry {
+            ws: w,
+            run: r,
+            library: i,
+        })
+    })
 }
 
 impl NnFns {
-    /// Resolves the aclnn entry points from `libs` (libnnopbase, libopapi;
-    /// each symbol from the first that has it). Operators a library lacks
-    /// are left `None` and reported when used.
+    /// Resolves the base objects from `nnopbase` (index 0 of
+    /// [`NnFns::libraries`]); no operator is resolved yet.
+    ///
+    /// # Safety
+    /// As for [`RuntimeFns::resolve`], for libnnopbase.
+    pub unsafe fn resolve_base(nnopbase: &Loaded) -> Result<NnFns> {
+        let lib = nnopbase;
+        // SAFETY: for every call below, the field types are the header
+        // types of these symbols; the caller keeps the library loaded.
+        unsafe {
+            Ok(NnFns {
+                create_tensor: symbol(lib, "aclCreateTensor")?,
+                destroy_tensor: symbol(lib, "aclDestroyTensor")?,
+                create_scalar: symbol(lib, "aclCreateScalar")?,
+                destroy_scalar: symbol(lib, "aclDestroyScalar")?,
+                create_int_array: symbol(lib, "aclCreateIntArray")?,
+                destroy_int_array: symbol(lib, "aclDestroyIntArray")?,
+                set_repeatable: symbol(lib, "aclSetAclOpExecutorRepeatable").ok(),
+                destroy_executor: symbol(lib, "aclDestroyAclOpExecutor").ok(),
+                mm: None,
+                inplace_add: None,
+                inplace_sub: None,
+                inplace_mul: None,
+                mul: None,
+                inplace_relu: None,
+                gt_scalar: None,
+                reduce_sum: None,
+                softmax: None,
+                apply_adam_w: None,
+                libraries: vec![nnopbase.path.clone()],
+                searched: Vec::new(),
+            })
+        }
+    }
+
+    /// Resolves every operator still missing from the libraries
+    /// `candidates` names for its repository (indices into `libs`, which
+    /// matches [`NnFns::libraries`]); both phases of one operator always
+    /// come from one library.
     ///
     /// # Safety
     /// As for [`RuntimeFns::resolve`], for the aclnn libraries.
-    pub unsafe fn resolve(libs: &[&Loaded]) -> Result<NnFns> {
-        // SAFETY: for every call below, the field and alias types are the
-        // header types of these symbols; the caller keeps `libs` loaded.
+    pub unsafe fn resolve_missing(
+        &mut self,
+        libs: &[&Loaded],
+        candidates: &dyn Fn(OpRepo) -> Vec<usize>,
+    ) {
+        let (nn, math) = (candidates(OpRepo::Nn), candidates(OpRepo::Math));
+        // SAFETY: for every call below, the alias types are the header
+        // types of these symbols; the caller keeps `libs` loaded.
         unsafe {
-            Ok(NnFns {
-                create_tensor: symbol_in(libs, "aclCreateTensor")?,
-                destroy_tensor: symbol_in(libs, "aclDestroyTensor")?,
-                create_scalar: symbol_in(libs, "aclCreateScalar")?,
-                destroy_scalar: symbol_in(libs, "aclDestroyScalar")?,
-                create_int_array: symbol_in(libs, "aclCreateIntArray")?,
-                destroy_int_array: symbol_in(libs, "aclDestroyIntArray")?,
-                destroy_executor: symbol_in(libs, "aclDestroyAclOpExecutor").ok(),
-                mm: pair::<MmWsFn>(libs, "aclnnMmGetWorkspaceSize", "aclnnMm"),
-                inplace_add: pair::<InplaceAlphaWsFn>(
+            if self.mm.is_none() {
+                self.mm = pair(libs, &nn, "aclnnMmGetWorkspaceSize", "aclnnMm");
+            }
+            if self.inplace_add.is_none() {
+                self.inplace_add = pair(
                     libs,
+                    &math,
                     "aclnnInplaceAddGetWorkspaceSize",
                     "aclnnInplaceAdd",
-                ),
-                inplace_sub: pair::<InplaceAlphaWsFn>(
+                );
+            }
+            if self.inplace_sub.is_none() {
+                self.inplace_sub = pair(
                     libs,
+                    &math,
                     "aclnnInplaceSubGetWorkspaceSize",
                     "aclnnInplaceSub",
-                ),
-                inplace_mul: pair::<InplaceBinaryWsFn>(
+                );
+            }
+            if self.inplace_mul.is_none() {
+                self.inplace_mul = pair(
                     libs,
+                    &math,
                     "aclnnInplaceMulGetWorkspaceSize",
                     "aclnnInplaceMul",
-                ),
-                mul: pair::<BinaryOutWsFn>(libs, "aclnnMulGetWorkspaceSize", "aclnnMul"),
-                inplace_relu: pair::<InplaceUnaryWsFn>(
+                );
+            }
+            if self.mul.is_none() {
+                self.mul = pair(libs, &math, "aclnnMulGetWorkspaceSize", "aclnnMul");
+            }
+            if self.inplace_relu.is_none() {
+                self.inplace_relu = pair(
                     libs,
+                    &nn,
                     "aclnnInplaceReluGetWorkspaceSize",
                     "aclnnInplaceRelu",
-                ),
-                gt_scalar: pair::<ScalarOutWsFn>(
+                );
+            }
+            if self.gt_scalar.is_none() {
+                self.gt_scalar = pair(
                     libs,
+                    &math,
                     "aclnnGtScalarGetWorkspaceSize",
                     "aclnnGtScalar",
-                ),
-                reduce_sum: pair::<ReduceSumWsFn>(
+                );
+            }
+            if self.reduce_sum.is_none() {
+                self.reduce_sum = pair(
                     libs,
+                    &math,
                     "aclnnReduceSumGetWorkspaceSize",
                     "aclnnReduceSum",
-                ),
-                softmax: pair::<SoftmaxWsFn>(libs, "aclnnSoftmaxGetWorkspaceSize", "aclnnSoftmax"),
-                apply_adam_w: pair::<AdamWWsFn>(
+                );
+            }
+            if self.softmax.is_none() {
+                self.softmax = pair(libs, &nn, "aclnnSoftmaxGetWorkspaceSize", "aclnnSoftmax");
+            }
+            if self.apply_adam_w.is_none() {
+                self.apply_adam_w = pair(
                     libs,
+                    &nn,
                     "aclnnApplyAdamWV2GetWorkspaceSize",
                     "aclnnApplyAdamWV2",
-                ),
-            })
+                );
+            }
         }
+    }
+
+    /// The index into [`NnFns::libraries`] operator `name` was resolved
+    /// from, if it was.
+    pub fn library_index(&self, name: &str) -> Option<usize> {
+        match name {
+            "aclnnMm" => self.mm.map(|e| e.library),
+            "aclnnInplaceAdd" => self.inplace_add.map(|e| e.library),
+            "aclnnInplaceSub" => self.inplace_sub.map(|e| e.library),
+            "aclnnInplaceMul" => self.inplace_mul.map(|e| e.library),
+            "aclnnMul" => self.mul.map(|e| e.library),
+            "aclnnInplaceRelu" => self.inplace_relu.map(|e| e.library),
+            "aclnnGtScalar" => self.gt_scalar.map(|e| e.library),
+            "aclnnReduceSum" => self.reduce_sum.map(|e| e.library),
+            "aclnnSoftmax" => self.softmax.map(|e| e.library),
+            "aclnnApplyAdamWV2" => self.apply_adam_w.map(|e| e.library),
+            _ => None,
+        }
+    }
+
+    /// Whether some operator is still unresolved.
+    pub fn any_missing(&self) -> bool {
+        OPERATORS
+            .iter()
+            .any(|(name, _)| self.library_index(name).is_none())
     }
 }

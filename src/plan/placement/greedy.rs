@@ -352,11 +352,62 @@ impl MaxTree {
 
 /// A placed buffer, copied out of `items` so the scan stays in one array.
 #[derive(Clone, Copy)]
-struct Placed {
+pub(crate) struct Placed {
     offset: usize,
     end: usize,
     lower: usize,
     upper: usize,
+}
+
+impl Placed {
+    /// `it` placed at `offset`.
+    pub(crate) fn of(it: &Interval, offset: usize) -> Placed {
+        Placed {
+            offset,
+            end: offset.saturating_add(it.size),
+            lower: it.lower,
+            upper: it.upper,
+        }
+    }
+
+    /// Its slab offset.
+    pub(crate) fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// One past the last time step it is alive.
+    pub(crate) fn upper(&self) -> usize {
+        self.upper
+    }
+}
+
+/// The best-fit offset for `it` among `placed` (sorted by offset): the
+/// tightest gap between buffers alive with it, else the top of those.
+pub(crate) fn best_fit_offset(placed: &[Placed], it: &Interval) -> usize {
+    let mut cursor = 0usize;
+    let mut best: Option<(usize, usize)> = None; // (gap, offset)
+    for p in placed {
+        if !(it.lower < p.upper && p.lower < it.upper) {
+            continue;
+        }
+        if p.offset > cursor {
+            let gap = p.offset - cursor;
+            if gap >= it.size && best.is_none_or(|(g, _)| gap < g) {
+                best = Some((gap, cursor));
+                if gap == it.size {
+                    break; // nothing fits tighter
+                }
+            }
+        }
+        cursor = cursor.max(p.end);
+    }
+    best.map_or(cursor, |(_, o)| o)
+}
+
+/// Inserts `p` into `placed`, kept sorted by offset.
+pub(crate) fn insert_placed(placed: &mut Vec<Placed>, p: Placed) {
+    let at = placed.partition_point(|q| q.offset <= p.offset);
+    placed.insert(at, p);
 }
 
 /// Best-fit placement of `items` taken in the order of `sequence`
@@ -374,35 +425,9 @@ pub fn place_in_sequence(items: &[Interval], sequence: &[usize]) -> Vec<usize> {
         if it.is_trivial() {
             continue;
         }
-        let mut cursor = 0usize;
-        let mut best: Option<(usize, usize)> = None; // (gap, offset)
-        for p in &placed {
-            if !(it.lower < p.upper && p.lower < it.upper) {
-                continue;
-            }
-            if p.offset > cursor {
-                let gap = p.offset - cursor;
-                if gap >= it.size && best.is_none_or(|(g, _)| gap < g) {
-                    best = Some((gap, cursor));
-                    if gap == it.size {
-                        break; // nothing fits tighter
-                    }
-                }
-            }
-            cursor = cursor.max(p.end);
-        }
-        let offset = best.map_or(cursor, |(_, o)| o);
+        let offset = best_fit_offset(&placed, it);
         offsets[i] = offset;
-        let at = placed.partition_point(|p| p.offset <= offset);
-        placed.insert(
-            at,
-            Placed {
-                offset,
-                end: offset.saturating_add(it.size),
-                lower: it.lower,
-                upper: it.upper,
-            },
-        );
+        insert_placed(&mut placed, Placed::of(it, offset));
     }
     offsets
 }
@@ -504,12 +529,9 @@ impl SparseMax {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::iv;
     use super::super::validate;
     use super::*;
-
-    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
-        Interval { lower, upper, size }
-    }
 
     #[test]
     fn disjoint_lifetimes_share_bytes() {

@@ -43,11 +43,14 @@ mod greedy;
 mod search;
 mod strategy;
 mod sweep;
+#[cfg(test)]
+mod test_support;
 mod validate;
 
 pub use greedy::{
     Greedy, GreedyFit, GreedyOrder, best_of_orders, greedy, greedy_lowest, place_in_sequence,
 };
+pub(crate) use greedy::{Placed, best_fit_offset, insert_placed};
 pub use search::{SearchConfig, SearchOutcome, SearchStatus, search};
 pub use strategy::{AUTO_BEST_MAX, DEFAULT_TIME_LIMIT, Solution, Strategy, StrategyKind, solve};
 pub use validate::{Violation, validate};
@@ -139,11 +142,8 @@ pub(crate) fn total_size(items: &[Interval]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::iv;
     use super::*;
-
-    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
-        Interval { lower, upper, size }
-    }
 
     #[test]
     fn lower_bound_counts_simultaneous_bytes() {

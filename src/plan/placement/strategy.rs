@@ -276,12 +276,9 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::iv;
     use super::super::validate;
     use super::*;
-
-    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
-        Interval { lower, upper, size }
-    }
 
     #[test]
     fn names_round_trip() {

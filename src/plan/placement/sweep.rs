@@ -182,11 +182,8 @@ impl Sweep {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::iv;
     use super::*;
-
-    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
-        Interval { lower, upper, size }
-    }
 
     #[test]
     fn sections_overlaps_and_cuts() {

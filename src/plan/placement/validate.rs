@@ -107,11 +107,8 @@ pub fn validate(
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::iv;
     use super::*;
-
-    fn iv(lower: usize, upper: usize, size: usize) -> Interval {
-        Interval { lower, upper, size }
-    }
 
     #[test]
     fn validate_reports_overlap_and_capacity() {
@@ -120,7 +117,7 @@ mod tests {
             validate(&items, &[0, 5], None),
             Err(Violation::Overlap { a: 0, b: 1 })
         );
-        assert!(validate(&items, &[0, 10], Some(20)).is_ok());
+        assert_eq!(validate(&items, &[0, 10], Some(20)), Ok(()));
         assert!(matches!(
             validate(&items, &[0, 10], Some(19)),
             Err(Violation::OverCapacity { item: 1, .. })
@@ -135,7 +132,7 @@ mod tests {
     fn trivial_buffers_never_collide() {
         // An empty lifetime or a zero size shares bytes with nothing.
         let items = [iv(0, 4, 10), iv(2, 2, 10), iv(1, 3, 0)];
-        assert!(validate(&items, &[0, 0, 5], None).is_ok());
+        assert_eq!(validate(&items, &[0, 0, 5], None), Ok(()));
         // Offsets near usize::MAX saturate instead of overflowing.
         assert!(matches!(
             validate(&items[..1], &[usize::MAX], Some(100)),

@@ -91,7 +91,7 @@ fn build(
 }
 
 fn check_plan(plan: &Plan, specs: &[SpecGen]) -> Result<(), TestCaseError> {
-    prop_assert!(plan.validate().is_ok(), "{:?}", plan.validate());
+    plan.validate()?;
     prop_assert!(plan.slab_bytes() >= plan.lower_bound());
     let bufs = plan.buffers();
     for (b, s) in bufs.iter().zip(specs) {

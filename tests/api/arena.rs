@@ -2,7 +2,7 @@
 
 use ndarray::{Ix2, Ix3, IxDyn};
 use tensor_arena::{
-    Arena, Available, BufferSpec, DType, Error, HostDevice, Lifetime, Planner, Rounding, bf16, f16,
+    Arena, Available, BufferSpec, Error, HostDevice, Lifetime, Planner, Rounding, bf16, f16,
 };
 
 type R = tensor_arena::Result<()>;
@@ -162,8 +162,8 @@ fn handles_from_elsewhere_are_rejected() -> R {
         assert!(matches!(
             s.lease_dyn::<f16>(x1.id()),
             Err(Error::DTypeMismatch {
-                declared: DType::F32,
-                requested: DType::F16,
+                declared: "f32",
+                requested: "f16",
                 ..
             })
         ));

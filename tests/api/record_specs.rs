@@ -90,11 +90,11 @@ fn spec_files_round_trip() -> R {
 }
 
 #[test]
-fn malformed_spec_files_are_clear_errors() {
+fn malformed_spec_files_are_clear_errors() -> R {
     let head = "version = 1\nphases = [\"forward\", \"backward\"]\n";
     let buffer = |body: &str| format!("{head}\n[[buffer]]\n{body}");
     let ok_body = "name = \"x\"\ndtype = \"f32\"\nshape = [4, 4]\nlifetime = [\"forward\"]\n";
-    assert!(SpecSet::from_toml(&buffer(ok_body)).is_ok());
+    SpecSet::from_toml(&buffer(ok_body))?;
     let cases: Vec<(String, &[&str])> = vec![
         ("version = 1\n[[buffer]\n".into(), &["line 2"]),
         ("phases = []\n".into(), &["missing field `version`"]),
@@ -188,6 +188,7 @@ fn malformed_spec_files_are_clear_errors() {
             );
         }
     }
+    Ok(())
 }
 
 #[test]

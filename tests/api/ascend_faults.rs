@@ -1,38 +1,23 @@
 //! Fault injection through the simulated Ascend runtime (`kernels/sim/`):
-//! allocation failure at reservation, kernel launch failure, aclnn operator
-//! failure, copy failure and asynchronous (synchronisation) failure, each
+//! allocation failure at reservation, kernel launch failure, failure of a
+//! launch stub's own buffer, aclnn operator failure (cached executors
+//! included), copy failure and asynchronous (synchronisation) failure, each
 //! injected at every position it can take in a training step of the main
-//! example. Each must come back as a typed error, leave the arena usable
+//! example; and a refusal of `aclSetAclOpExecutorRepeatable` at every
+//! operator of a first step, which is no error at all (the call runs once). Each must come back as a typed error, leave the arena usable
 //! (the next step succeeds; a step that failed before its update phase
 //! leaves the weights untouched) and leak nothing, by the runtime's own
 //! counters. The number of faults injected is printed
-//! (`cargo test --test ascend_faults -- --nocapture`).
+//! (`cargo test --release --test api ascend_faults:: -- --nocapture`).
 //!
 //! Needs a C++ compiler at build time (see build.rs).
 
-mod support;
-
-#[path = "../examples/mask_and_train/ascend.rs"]
-#[allow(dead_code)]
-mod ascend;
-#[path = "../examples/mask_and_train/backend.rs"]
-#[allow(dead_code)]
-mod backend;
-#[path = "../examples/mask_and_train/data.rs"]
-mod data;
-#[path = "../examples/mask_and_train/model.rs"]
-mod model;
-#[path = "../examples/mask_and_train/naive.rs"]
-#[allow(dead_code)]
-mod naive;
-#[path = "../examples/mask_and_train/train.rs"]
-#[allow(dead_code)]
-mod train;
-
-use backend::Backend;
-use support::sim::{self, ACLNN_RUNTIME, AICORE_EXCEPTION, COPY_DATA, OOM, sim};
 use tensor_arena::device::ascend::AscendDevice;
 use tensor_arena::{Arena, Available, Error, Planner, Result};
+
+use crate::backend::Backend;
+use crate::support::sim::{self, ACLNN_RUNTIME, AICORE_EXCEPTION, COPY_DATA, OOM, sim};
+use crate::{ascend, data, model, train};
 
 /// A small model on the simulated device, ready to train.
 struct Rig {
@@ -153,7 +138,7 @@ fn allocation_failures_at_reservation_are_typed_and_leave_nothing() -> Result<()
         matches!(
             e,
             Error::OutOfMemory {
-                available: Available::Free(_),
+                available: Available::FreeWithHeadroom { .. },
                 ..
             }
         ),
@@ -271,6 +256,59 @@ fn asynchronous_failures_surface_at_the_next_synchronisation() -> Result<()> {
     rig.finish();
     println!(
         "stream synchronisations: {n} faults injected (one per synchronisation of a step), {n} typed errors, 0 leaks"
+    );
+    Ok(())
+}
+
+#[test]
+fn launch_buffer_failures_anywhere_in_a_step() -> Result<()> {
+    let mut rig = Rig::new()?;
+    let launches = rig.per_step("launch_mallocs")?;
+    let n = sweep(
+        &mut rig,
+        launches,
+        |k| sim().fail_launch_malloc(k, OOM),
+        |e| {
+            assert!(
+                matches!(e, Error::Acl { code: OOM, op, .. } if op.starts_with("aclrtlaunch_ta_")),
+                "{e}"
+            )
+        },
+        |_| true,
+    )?;
+    assert_eq!(sim().counter("injected_launch_malloc_failures"), n);
+    rig.finish();
+    println!(
+        "launch stub buffers: {n} faults injected (one per launch of a step), {n} typed errors, 0 leaks"
+    );
+    Ok(())
+}
+
+#[test]
+fn refused_repeatable_executors_anywhere_in_a_first_step_change_nothing() -> Result<()> {
+    // The reference: a first step with every executor made repeatable.
+    let mut clean = Rig::new()?;
+    let before = sim().counter("repeatable_executors");
+    clean.step()?;
+    let calls = sim().counter("repeatable_executors") - before;
+    let want = clean.weights()?;
+    clean.finish();
+    assert!(calls > 0);
+    for k in 1..=calls {
+        let mut rig = Rig::new()?;
+        sim().refuse_repeatable(k);
+        rig.step()?;
+        assert_eq!(sim().counter("refused_repeatable"), 1, "refusal {k}");
+        assert_eq!(
+            rig.weights()?,
+            want,
+            "the refused call ran once, with the same result"
+        );
+        assert_eq!(rig.backend.device().executor_stats().refused, 1);
+        rig.finish();
+    }
+    println!(
+        "executor refusals: {calls} injected (one per operator call of a first step), 0 errors, same weights, 0 leaks"
     );
     Ok(())
 }

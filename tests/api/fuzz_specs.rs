@@ -8,7 +8,7 @@
 //! README's "Reliability" section) is:
 //!
 //! ```sh
-//! PROPTEST_CASES=100000 cargo test --release --test fuzz_specs
+//! PROPTEST_CASES=100000 cargo test --release --test api fuzz_specs::
 //! ```
 
 use proptest::prelude::*;
@@ -121,7 +121,7 @@ proptest! {
                 return Ok(());
             }
         };
-        prop_assert!(plan.validate().is_ok());
+        plan.validate()?;
         prop_assert!(plan.slab_bytes() >= plan.lower_bound());
         let device = match limit {
             Some(l) => HostDevice::with_limit(l),

@@ -8,7 +8,7 @@
 //! ten seconds):
 //!
 //! ```sh
-//! cargo test --release --test minimalloc -- --ignored
+//! cargo test --release --test api minimalloc:: -- --ignored
 //! ```
 
 use std::time::Duration;

@@ -21,7 +21,7 @@ pub(crate) struct PoolCounters {
 }
 
 #[derive(Debug)]
-pub(crate) struct Core {
+pub(crate) struct SharedState {
     /// Identity of the recorder's phase and buffer handles.
     pub id: u64,
     pub config: PlannerConfig,
@@ -35,9 +35,9 @@ pub(crate) struct Core {
     pub pool: PoolCounters,
 }
 
-impl Core {
-    pub fn new(id: u64, config: PlannerConfig) -> Core {
-        Core {
+impl SharedState {
+    pub fn new(id: u64, config: PlannerConfig) -> SharedState {
+        SharedState {
             id,
             config,
             phases: Vec::new(),

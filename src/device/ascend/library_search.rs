@@ -12,12 +12,24 @@ use crate::error::{Error, Result};
 pub const RUNTIME_NAMES: [&str; 2] = ["libascendcl.so", "libacl_rt.so"];
 /// The aclnn base library (tensors, scalars, executors).
 pub const NNOPBASE_NAME: &str = "libnnopbase.so";
-/// The aclnn operator library.
+/// The combined aclnn operator library, which CANN's op-api docs say "will
+/// be deprecated" and must not be mixed with the per-repository ones
+/// (hicann/ops-math and hicann/ops-nn `docs/zh/op_api_list.md`): used only
+/// for operators the per-repository libraries do not provide.
 pub const OPAPI_NAME: &str = "libopapi.so";
+/// The ops-nn operator library.
+pub const OPAPI_NN_NAME: &str = "libopapi_nn.so";
+/// The ops-math operator library.
+pub const OPAPI_MATH_NAME: &str = "libopapi_math.so";
 /// The kernel library `kernels/ascend/CMakeLists.txt` builds.
 pub const KERNEL_LIB_NAME: &str = "libtensor_arena_kernels.so";
-/// Where CANN installs by default.
-pub const DEFAULT_TOOLKIT: &str = "/usr/local/Ascend/ascend-toolkit/latest";
+/// Where CANN installs by default: `/usr/local/Ascend/cann` in current
+/// releases (hicann/ops-math `docs/zh/install/quick_install.md`), the
+/// `ascend-toolkit/latest` link in older ones.
+pub const DEFAULT_TOOLKITS: [&str; 2] = [
+    "/usr/local/Ascend/cann",
+    "/usr/local/Ascend/ascend-toolkit/latest",
+];
 /// Environment variables naming the CANN toolkit root; `lib64` below them
 /// holds the runtime.
 pub const TOOLKIT_VARS: [&str; 2] = ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"];
@@ -39,9 +51,12 @@ pub fn toolkit_lib_dirs(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> 
     let roots = TOOLKIT_VARS
         .iter()
         .filter_map(|v| env(v).filter(|s| !s.is_empty()).map(PathBuf::from))
-        .chain([PathBuf::from(DEFAULT_TOOLKIT)]);
+        .chain(DEFAULT_TOOLKITS.iter().map(PathBuf::from));
+    // Current toolkits keep the libraries under `<arch>-linux/lib64` and
+    // link `lib64` to it.
+    let arch_lib = format!("{}-linux/lib64", std::env::consts::ARCH);
     for root in roots {
-        for sub in ["lib64", "runtime/lib64"] {
+        for sub in ["lib64", "runtime/lib64", arch_lib.as_str()] {
             let d = root.join(sub);
             if !dirs.contains(&d) {
                 dirs.push(d);
@@ -125,7 +140,7 @@ pub fn kernel_candidates(cfg: &AscendConfig, runtime: &Path) -> Vec<Candidate> {
 pub fn runtime_hint() -> String {
     format!(
         "Install the CANN toolkit (8.x) and load its environment before running: \
-         `source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or `source $ASCEND_HOME_PATH/../set_env.sh`), \
+         `source /usr/local/Ascend/cann/set_env.sh` (older installs: `source /usr/local/Ascend/ascend-toolkit/set_env.sh`), \
          which sets ASCEND_HOME_PATH and LD_LIBRARY_PATH; or point {ENV_ACL_LIB} at libascendcl.so / libacl_rt.so."
     )
 }
@@ -133,7 +148,7 @@ pub fn runtime_hint() -> String {
 /// How to fix a missing kernel library.
 pub fn kernel_hint() -> String {
     format!(
-        "Build the kernels with CMake (`cmake -S kernels/ascend -B build/ascend -DSOC_VERSION=<your SoC> && cmake --build build/ascend`, \
+        "Build the kernels with CMake for your chip (`npu-smi info` names it): `cmake -S kernels/ascend -B build/ascend -DSOC_VERSION=Ascend<chip> && cmake --build build/ascend` (\
          see kernels/ascend/README.md) and set {ENV_KERNEL_LIB} to the built {KERNEL_LIB_NAME}, or put it next to the runtime library."
     )
 }
@@ -231,9 +246,20 @@ mod tests {
         assert_eq!(c[0], Candidate::Path("/first/libascendcl.so".into()));
         assert_eq!(c[1], Candidate::Path("/first/libacl_rt.so".into()));
         assert_eq!(c[2], Candidate::Path("/cann/lib64/libascendcl.so".into()));
-        assert!(c.contains(&Candidate::Path(
-            format!("{DEFAULT_TOOLKIT}/lib64/libascendcl.so").into()
-        )));
+        for root in DEFAULT_TOOLKITS {
+            assert!(c.contains(&Candidate::Path(
+                format!("{root}/lib64/libascendcl.so").into()
+            )));
+        }
+        let cann = c.iter().position(|x| {
+            *x == Candidate::Path("/usr/local/Ascend/cann/lib64/libascendcl.so".into())
+        });
+        let legacy = c.iter().position(|x| {
+            *x == Candidate::Path(
+                "/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so".into(),
+            )
+        });
+        assert!(cann < legacy, "the current install path first");
         assert_eq!(
             c[c.len() - 2..],
             [

@@ -119,7 +119,7 @@ fn a_recorded_step_and_a_hand_declared_step_give_the_same_plan() -> R {
 
     assert_eq!(stripped(learned.report()), stripped(declared.report()));
     assert_eq!(learned.slab_bytes(), declared.slab_bytes());
-    assert!(learned.validate().is_ok());
+    assert_eq!(learned.validate(), Ok(()));
     // Provenance: persistent buffers were declared, the rest learned.
     let origin: Vec<Option<u64>> = learned
         .buffers()

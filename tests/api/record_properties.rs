@@ -162,7 +162,7 @@ proptest! {
                 }
                 Ok(())
             });
-            prop_assert!(result.is_ok(), "{:?}", result);
+            result?;
             served.push(done);
         }
         let specs = rec.specs();
@@ -174,7 +174,7 @@ proptest! {
             prop_assert_eq!(got, want, "site {}", site);
         }
         let plan = rec.freeze().map_err(|e| TestCaseError::fail(e.to_string()))?;
-        prop_assert!(plan.validate().is_ok());
+        plan.validate()?;
         prop_assert!(plan.slab_bytes() >= plan.lower_bound());
         // Every recorded request is served frozen, in the phases it had.
         for requests in &served {
@@ -187,7 +187,7 @@ proptest! {
                 }
                 Ok(())
             });
-            prop_assert!(result.is_ok(), "{:?}", result);
+            result?;
         }
         let names: BTreeSet<&str> = specs.buffers().iter().map(|b| b.name.as_str()).collect();
         prop_assert_eq!(names.len(), specs.buffers().len());

@@ -22,7 +22,7 @@
 //! backend's job.
 //!
 //! ```
-//! use tensor_arena::device::ascend_abi::{entry_point, Tiling, LAUNCH_PREFIX};
+//! use tensor_arena::device::ascend::abi::{entry_point, Tiling, LAUNCH_PREFIX};
 //! use tensor_arena::ops::{Kernel, RngState};
 //! use tensor_arena::DType;
 //!
@@ -82,7 +82,7 @@ pub fn entry_point(kernel: &Kernel, dtype: DType) -> Result<&'static str> {
 /// applied to the gradient, called with the forward's seed and offset.
 ///
 /// ```
-/// use tensor_arena::device::ascend_abi::dropout_backward_entry_point;
+/// use tensor_arena::device::ascend::abi::dropout_backward_entry_point;
 /// assert_eq!(dropout_backward_entry_point(tensor_arena::DType::BF16)?, "ta_dropout_backward_bf16");
 /// # Ok::<(), tensor_arena::Error>(())
 /// ```
@@ -100,7 +100,10 @@ fn dtype_index(op: &'static str, dtype: DType) -> Result<usize> {
         DType::F32 => Ok(0),
         DType::F16 => Ok(1),
         DType::BF16 => Ok(2),
-        DType::I32 | DType::U8 => Err(Error::UnsupportedDType { op, dtype }),
+        DType::I32 | DType::U8 => Err(Error::UnsupportedDType {
+            op,
+            dtype: dtype.name(),
+        }),
     }
 }
 
@@ -125,7 +128,7 @@ impl Tiling {
     /// tile length. Uses fewer cores when there is too little work.
     ///
     /// ```
-    /// use tensor_arena::device::ascend_abi::Tiling;
+    /// use tensor_arena::device::ascend::abi::Tiling;
     /// let t = Tiling::new(100, 8)?;
     /// assert_eq!((t.num_blocks, t.block_length), (2, 64));
     /// # Ok::<(), tensor_arena::Error>(())
@@ -157,7 +160,7 @@ impl Tiling {
     /// [`ALIGN_ELEMENTS`].
     ///
     /// ```
-    /// use tensor_arena::device::ascend_abi::Tiling;
+    /// use tensor_arena::device::ascend::abi::Tiling;
     /// assert!(Tiling::new(1000, 2)?.with_tile_length(128).is_ok());
     /// assert!(Tiling::new(1000, 2)?.with_tile_length(100).is_err());
     /// # Ok::<(), tensor_arena::Error>(())
@@ -192,7 +195,7 @@ impl Tiling {
 /// Must not exceed the core's UB ([`UB_BYTES_910B`] on the 910B).
 ///
 /// ```
-/// use tensor_arena::device::ascend_abi::{ub_footprint, DEFAULT_TILE_LENGTH, UB_BYTES_910B};
+/// use tensor_arena::device::ascend::abi::{ub_footprint, DEFAULT_TILE_LENGTH, UB_BYTES_910B};
 /// use tensor_arena::ops::Kernel;
 /// let bytes = ub_footprint(&Kernel::Mul, tensor_arena::DType::F32, DEFAULT_TILE_LENGTH)?;
 /// assert!(bytes <= UB_BYTES_910B);

@@ -5,8 +5,8 @@
 
 use ndarray::{ArrayView, ArrayViewMut, Dimension};
 
-use super::HostAccessible;
-use crate::arena::Lease;
+use super::Lease;
+use crate::device::HostAccessible;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::shape::{VIEW_MISMATCH, ndarray_dim};
