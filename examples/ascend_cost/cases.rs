@@ -1,7 +1,7 @@
 //! The kernel calls the cost model is asked about, and its figures for one.
 
 use tensor_arena::Element;
-use tensor_arena::device::ascend_abi::{Tiling, dropout_backward_entry_point, entry_point};
+use tensor_arena::device::ascend::abi::{Tiling, dropout_backward_entry_point, entry_point};
 use tensor_arena::ops::{Kernel, RngState};
 use tensor_arena::{bf16, f16};
 
