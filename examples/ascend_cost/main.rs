@@ -19,8 +19,8 @@
 //! cores) and `hbm_bound_elements_per_s`. The table adds the u8-mask
 //! kernels, which the JSON leaves out.
 
+// The tests' loader for the shim libraries, shared rather than copied.
 #[path = "../../tests/support/shim.rs"]
-#[allow(dead_code, unreachable_pub)]
 mod shim;
 
 mod cases;
