@@ -9,7 +9,7 @@ mod support;
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use support::shim::{self, PARAM_INVALID, VIOLATION};
+use support::shim::{self, MTE2, MTE3, PARAM_INVALID, S, V, VIOLATION};
 use tensor_arena::DType;
 use tensor_arena::device::ascend::abi::{DEFAULT_TILE_LENGTH, Tiling, entry_point, ub_footprint};
 use tensor_arena::ops::{Kernel, RngState};
@@ -34,6 +34,14 @@ const GM_OUT_OF_BOUNDS: u32 = 15;
 const WAIT_WITHOUT_SET: u32 = 16;
 const WRONG_POSITION: u32 = 17;
 const CORRECT: u32 = 18;
+const AND_WORD_COUNT: u32 = 19;
+const MISSING_BARRIER: u32 = 20;
+const MISSING_DEQUE: u32 = 21;
+const THROUGH_VECOUT: u32 = 22;
+const SHIFT_TOO_FAR: u32 = 23;
+const INT32_LESS: u32 = 24;
+const SELECT_MODE: u32 = 25;
+const AND_HALF_COUNT: u32 = 26;
 
 /// Runs self-test kernel `rule` on `x` and returns (launch result, report).
 fn run_rule(rule: u32, blocks: u32, x: &mut [f32]) -> (u32, String) {
@@ -104,7 +112,8 @@ fn queues_larger_than_the_ub_are_fatal() {
     let (rc, report) = run_rule(UB_OVERFLOW, 1, &mut x);
     assert_eq!(rc, VIOLATION, "{report}");
     assert!(report.contains("[ub-capacity]"), "{report}");
-    assert!(report.contains("196608-byte Unified Buffer"), "{report}");
+    // 184 KiB: what a 910B kernel may reserve (TOTAL_VEC_LOCAL_SIZE).
+    assert!(report.contains("188416-byte Unified Buffer"), "{report}");
 }
 
 #[test]
@@ -205,11 +214,117 @@ fn global_memory_out_of_bounds_is_fatal() {
 }
 
 #[test]
-fn copies_into_the_ub_outside_a_vecin_queue_are_reported() {
+fn copies_between_gm_and_vec_calc_buffers_are_reported() {
     let mut x = ramp(64);
     let (rc, report) = run_rule(WRONG_POSITION, 1, &mut x);
     assert_eq!(rc, VIOLATION, "{report}");
     assert!(report.contains("[position]"), "{report}");
+    assert!(report.contains("VECCALC"), "{report}");
+}
+
+#[test]
+fn copies_through_a_vecout_buffer_with_a_flag_are_allowed() {
+    // GM -> VECOUT -> GM, ordered by SetFlag/WaitFlag<MTE2_MTE3>.
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(THROUGH_VECOUT, 1, &mut x);
+    assert_eq!((rc, report.as_str()), (0, ""));
+    assert_eq!(x, ramp(64));
+}
+
+/// Words with distinct high and low halves, as f32 bit patterns.
+fn words(n: usize) -> Vec<f32> {
+    (0..n as u32)
+        .map(|i| f32::from_bits(0x1234_0000u32.wrapping_mul(i + 1) | (i * 977 + 5)))
+        .collect()
+}
+
+#[test]
+fn and_on_words_with_the_word_count_processes_half_and_is_reported() {
+    // c220: a level-2 And on uint32 runs as int16 with the same count.
+    let input = words(64);
+    let mut x = input.clone();
+    let (rc, report) = run_rule(AND_WORD_COUNT, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(report.contains("[logic-count]"), "{report}");
+    assert!(report.contains("only the first 32 words"), "{report}");
+    for (i, (got, was)) in x.iter().zip(&input).enumerate() {
+        let want = if i < 32 {
+            was.to_bits() & 0xFFFF
+        } else {
+            u32::MAX
+        };
+        assert_eq!(got.to_bits(), want, "word {i}");
+    }
+    // As uint16 with twice the count: every word, no report.
+    let mut x = input.clone();
+    let (rc, report) = run_rule(AND_HALF_COUNT, 1, &mut x);
+    assert_eq!((rc, report.as_str()), (0, ""));
+    for (got, was) in x.iter().zip(&input) {
+        assert_eq!(got.to_bits(), was.to_bits() & 0xFFFF);
+    }
+}
+
+#[test]
+fn dependent_instructions_without_their_sync_are_reported() {
+    let mut x = ramp(64);
+    let (rc, report) = run_rule(MISSING_BARRIER, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(
+        report.contains("[sync]") && report.contains("PipeBarrier<PIPE_V>"),
+        "{report}"
+    );
+    let (rc, report) = run_rule(MISSING_DEQUE, 1, &mut x);
+    assert_eq!(rc, VIOLATION, "{report}");
+    assert!(
+        report.contains("[sync]") && report.contains("MTE2_V"),
+        "{report}"
+    );
+}
+
+#[test]
+fn operations_the_a2_vector_unit_lacks_are_fatal() {
+    for (rule, needle) in [
+        (SHIFT_TOO_FAR, "shift 33 outside [0, 32]"),
+        (INT32_LESS, "int32 supports CMPMODE::EQ only"),
+        (SELECT_MODE, "VSEL_TENSOR_SCALAR_MODE"),
+    ] {
+        let mut x = ramp(64);
+        let (rc, report) = run_rule(rule, 1, &mut x);
+        assert_eq!(rc, VIOLATION, "rule {rule}: {report}");
+        assert!(report.contains("[unsupported]"), "rule {rule}: {report}");
+        assert!(report.contains(needle), "rule {rule}: {report}");
+        assert!(report.contains("fatal"), "rule {rule}: {report}");
+    }
+}
+
+#[test]
+fn the_cost_model_counts_a_small_kernel_as_worked_by_hand() {
+    // CORRECT on 100 floats, one core: x *= 2 through a VECIN and a VECOUT
+    // queue with DataCopyPad (400 bytes each way) and one Muls over 128
+    // lanes. By the model's rules (kernels/shim/ta_shim/cost.h,
+    // timeline.h): every queue operation and every dispatch is one scalar
+    // cycle; one core alone gets the whole 1.6 TB/s at 1.8 GHz, 888.9
+    // bytes per cycle; Muls on float is 64 elements per cycle.
+    let lib = shim::selftest();
+    let (clock, cores, hbm) = lib.cost_params();
+    assert_eq!((clock, cores, hbm), (1.8e9, 48, 1.6e12));
+    let mut x = ramp(100);
+    let (rc, report) = run_rule(CORRECT, 1, &mut x);
+    assert_eq!((rc, report.as_str()), (0, ""));
+    let c = lib.last_cost();
+    let copy = 400.0 / (hbm / clock);
+    assert_eq!(c.blocks, 1);
+    assert_eq!(c.critical_busy[V], 2.0, "{c:?}");
+    assert!((c.critical_busy[MTE2] - copy).abs() < 1e-9, "{c:?}");
+    assert!((c.critical_busy[MTE3] - copy).abs() < 1e-9, "{c:?}");
+    assert_eq!(c.critical_instructions, [8, 1, 1, 1], "{c:?}");
+    // Scalar program, one cycle each: Alloc(in) 1, dispatch copy-in 2,
+    // EnQue 3, DeQue 4, Alloc(out) 5, dispatch Muls 6 (it runs 6..8: its
+    // input arrived at 2 + 0.45), EnQue 7, Free(in) 8, DeQue 9, dispatch
+    // copy-out 10 (it runs 10..10.45), Free(out) 11.
+    assert_eq!(c.critical_busy[S], 11.0, "{c:?}");
+    assert_eq!(c.critical_cycles, 11.0, "{c:?}");
+    assert_eq!(c.gm_bytes, 800);
 }
 
 #[test]
@@ -290,7 +405,7 @@ fn the_ub_capacity_limits_the_real_kernels_exactly() {
         }
     }
     lib.set_ub_capacity(default);
-    assert_eq!(lib.ub_capacity(), 196_608);
+    assert_eq!(lib.ub_capacity(), 188_416);
 }
 
 type ToFloat = unsafe extern "C" fn(u16) -> f32;
@@ -355,4 +470,93 @@ fn bf16_conversions_equal_the_half_crate() {
         |h| bf16::from_bits(h).to_f32(),
         |v| bf16::from_f32(v).to_bits(),
     );
+}
+
+/// Unified Buffer bytes the kernels not yet in `ub_footprint` reserve at
+/// tile length `t` (kernels/ascend/README.md): u8 masks and the bit-mask
+/// dropout pair. Every buffer is a whole number of 32-byte blocks.
+fn unwired_footprint(entry: &str, t: u64) -> u64 {
+    let lanes = (t / 32).div_ceil(8) * 8;
+    let philox = 19 * 9 * lanes * 4 + lanes * 4 + 20 * lanes * 4;
+    let block = |b: u64| b.div_ceil(32) * 32;
+    let elem: u64 = if entry.ends_with("f32") { 4 } else { 2 };
+    let widened = if elem == 4 { 0 } else { 4 * t };
+    if entry == "ta_bernoulli_u8" {
+        // out queue (bytes), Philox, half ones, half work
+        return 2 * t + philox + 2 * t * 2;
+    }
+    if entry.starts_with("ta_apply_mask_u8") {
+        // x, mask and out queues, bits, widened x, the mask as half; masks
+        // are compared 128 halves at a time
+        let lanes = t.div_ceil(128) * 128;
+        return 4 * t * elem + 2 * lanes + block(lanes / 8) + widened + 2 * lanes;
+    }
+    if entry.starts_with("ta_dropout_bitmask") {
+        // in, out and bit queues, Philox, widened x
+        return 4 * t * elem + 2 * lanes * 4 + philox + widened;
+    }
+    // ta_apply_bitmask: x, bit and out queues, widened x
+    4 * t * elem + 2 * block(t / 8) + widened
+}
+
+#[test]
+fn the_u8_and_bitmask_kernels_need_exactly_their_documented_ub() {
+    let lib = shim::kernels();
+    let default = lib.ub_capacity();
+    let rng = RngState::new(3);
+    let len = 1000usize;
+    let t = Tiling::new(len as u64, 2).unwrap();
+    let tile = u64::from(DEFAULT_TILE_LENGTH);
+    let mut entries = vec!["ta_bernoulli_u8".to_string()];
+    for d in ["f32", "f16", "bf16"] {
+        for k in ["ta_apply_mask_u8", "ta_dropout_bitmask", "ta_apply_bitmask"] {
+            entries.push(format!("{k}_{d}"));
+        }
+    }
+    for entry in &entries {
+        let need = unwired_footprint(entry, tile);
+        assert!(need <= u64::from(default), "{entry}: {need} bytes");
+        for (capacity, fits) in [(need, true), (need - 32, false)] {
+            lib.set_ub_capacity(u32::try_from(capacity).unwrap());
+            lib.reset();
+            let mut x = vec![0f32; len];
+            let mut h = vec![f16::ONE; len];
+            let wide = entry.ends_with("f32");
+            let rc = if entry == "ta_bernoulli_u8" {
+                let mut m = vec![0u8; len];
+                lib.random(entry, 2, &mut m, 0.5, rng, &t)
+            } else if entry.starts_with("ta_dropout_bitmask") {
+                let mut bits = vec![0u8; len.div_ceil(8)];
+                if wide {
+                    lib.random_bits(entry, 2, &mut x, &mut bits, 0.5, rng, &t)
+                } else {
+                    lib.random_bits(entry, 2, &mut h, &mut bits, 0.5, rng, &t)
+                }
+            } else {
+                let bytes = if entry.contains("bitmask") {
+                    len.div_ceil(8)
+                } else {
+                    len
+                };
+                let mask = vec![1u8; bytes];
+                if wide {
+                    lib.apply_byte_mask(entry, 2, &mut x, &mask, 2.0, &t)
+                } else {
+                    lib.apply_byte_mask(entry, 2, &mut h, &mask, 2.0, &t)
+                }
+            };
+            let report = lib.report();
+            if fits {
+                assert_eq!(
+                    (rc, report.as_str()),
+                    (0, ""),
+                    "{entry} at {capacity} bytes"
+                );
+            } else {
+                assert_eq!(rc, VIOLATION, "{entry} at {capacity} bytes");
+                assert!(report.contains("[ub-capacity]"), "{entry}: {report}");
+            }
+        }
+    }
+    lib.set_ub_capacity(default);
 }

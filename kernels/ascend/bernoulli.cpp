@@ -1,16 +1,28 @@
 // In-place bernoulli_: x[e] = 1 where u(offset + e) < p, else 0, with
-// u(g) = (Philox word g >> 8) * 2^-24 (RNG.md). x is only written.
+// u(g) = (Philox word g >> 8) * 2^-24 (docs/rng.md). x is only written.
 //
-// Per tile: the scalar unit writes the tile's 24-bit stream values into UB
-// (int32), the vector unit converts them to float, compares them with
-// p * 2^24 into a bit mask and selects 1 or 0, and halves are rounded from
-// float at the end.
-#include "ta_common.h"
+// Per tile the vector unit generates the tile's keep mask (ta_philox.h)
+// and selects 1 or 0 through it. Select moves 16-bit patterns as they are,
+// so bfloat16 selects its own 1.0 (0x3F80) as a half pattern; the u8 mask
+// kernel selects half 1 or 0 and casts to uint8.
+#include "ta_philox.h"
 
 namespace ta {
 
+// The type Select runs in for T (A2 selects half and float only).
+template <typename T>
+struct SelectAs {
+    using type = half;
+};
+template <>
+struct SelectAs<float> {
+    using type = float;
+};
+
 template <typename T>
 class KernelBernoulli {
+    using S = typename SelectAs<T>::type;
+
 public:
     __aicore__ inline KernelBernoulli() {}
 
@@ -19,19 +31,22 @@ public:
     {
         range_ = OwnRange(totalLength, blockLength);
         tile_ = TileOf(tileLength);
-        seed_ = seed;
         first_ = offset + range_.start;
-        threshold_ = StreamThreshold(p);
         if (range_.length == 0) {
             return;
         }
         xGm_.SetGlobalBuffer((__gm__ T *)x + range_.start, range_.length);
         pipe_.InitBuffer(outQueue_, kBufferNum, tile_ * sizeof(T));
-        pipe_.InitBuffer(bitsBuf_, tile_ * sizeof(int32_t));
-        pipe_.InitBuffer(valueBuf_, tile_ * sizeof(float));
-        pipe_.InitBuffer(onesBuf_, tile_ * sizeof(float));
-        pipe_.InitBuffer(maskBuf_, tile_ / 8);
-        Duplicate(onesBuf_.Get<float>(), 1.0f, static_cast<int32_t>(tile_));
+        philox_.Init(pipe_, tile_, seed, p);
+        pipe_.InitBuffer(onesBuf_, tile_ * sizeof(S));
+        if constexpr (IsSameType<T, bfloat16_t>::value) {
+            Duplicate(onesBuf_.Get<uint16_t>(), static_cast<uint16_t>(0x3F80), static_cast<int32_t>(tile_));
+        } else {
+            Duplicate(onesBuf_.Get<S>(), S(1.0f), static_cast<int32_t>(tile_));
+        }
+        if constexpr (IsSameType<T, uint8_t>::value) {
+            pipe_.InitBuffer(workBuf_, tile_ * sizeof(half));
+        }
     }
 
     __aicore__ inline void Process()
@@ -48,23 +63,16 @@ private:
     __aicore__ inline void Compute(uint64_t done, uint32_t n)
     {
         const uint32_t m = AlignUp(n, kAlign);
-        LocalTensor<int32_t> bits = bitsBuf_.Get<int32_t>();
-        LocalTensor<float> value = valueBuf_.Get<float>();
-        LocalTensor<uint8_t> mask = maskBuf_.Get<uint8_t>();
-        VectorToScalar();
-        FillStreamBits(bits, n, seed_, first_ + done);
-        ScalarToVector();
-        Cast(value, bits, RoundMode::CAST_NONE, m);
-        PipeBarrier<PIPE_V>();
-        Compares(mask, value, threshold_, CMPMODE::LT, m);
-        PipeBarrier<PIPE_V>();
+        const U32 mask = philox_.Generate(first_ + done, n);
         LocalTensor<T> y = outQueue_.AllocTensor<T>();
-        if constexpr (IsSameType<T, float>::value) {
-            Select(y, mask, onesBuf_.Get<float>(), 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
-        } else {
-            Select(value, mask, onesBuf_.Get<float>(), 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
+        const LocalTensor<S> ones = onesBuf_.Get<S>();
+        if constexpr (IsSameType<T, uint8_t>::value) {
+            const LocalTensor<half> work = workBuf_.Get<half>();
+            Select(work, mask, ones, half(0.0f), SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
             PipeBarrier<PIPE_V>();
-            Narrow(y, value, m);
+            Cast(y, work, RoundMode::CAST_NONE, m);
+        } else {
+            Select(y.template ReinterpretCast<S>(), mask, ones, S(0.0f), SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
         }
         outQueue_.EnQue(y);
     }
@@ -78,46 +86,19 @@ private:
 
     TPipe pipe_;
     TQue<QuePosition::VECOUT, kBufferNum> outQueue_;
-    TBuf<TPosition::VECCALC> bitsBuf_;
-    TBuf<TPosition::VECCALC> valueBuf_;
     TBuf<TPosition::VECCALC> onesBuf_;
-    TBuf<TPosition::VECCALC> maskBuf_;
+    TBuf<TPosition::VECCALC> workBuf_;
+    PhiloxMask philox_;
     GlobalTensor<T> xGm_;
     CoreRange range_;
     uint32_t tile_;
-    uint64_t seed_;
     uint64_t first_;
-    float threshold_;
 };
-
-template <typename T>
-__aicore__ inline void RunBernoulli(GM_ADDR x, float p, uint64_t seed, uint64_t offset, uint64_t totalLength,
-                                    uint64_t blockLength, uint32_t tileLength)
-{
-    KernelBernoulli<T> op;
-    op.Init(x, p, seed, offset, totalLength, blockLength, tileLength);
-    op.Process();
-}
 
 } // namespace ta
 
-extern "C" __global__ __aicore__ void ta_bernoulli_f32(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
-                                                       uint64_t totalLength, uint64_t blockLength,
-                                                       uint32_t tileLength)
-{
-    ta::RunBernoulli<float>(x, p, seed, offset, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_bernoulli_f16(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
-                                                       uint64_t totalLength, uint64_t blockLength,
-                                                       uint32_t tileLength)
-{
-    ta::RunBernoulli<half>(x, p, seed, offset, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_bernoulli_bf16(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
-                                                        uint64_t totalLength, uint64_t blockLength,
-                                                        uint32_t tileLength)
-{
-    ta::RunBernoulli<bfloat16_t>(x, p, seed, offset, totalLength, blockLength, tileLength);
-}
+TA_RANDOM_KERNEL(ta_bernoulli_f32, ta::KernelBernoulli, float)
+TA_RANDOM_KERNEL(ta_bernoulli_f16, ta::KernelBernoulli, half)
+TA_RANDOM_KERNEL(ta_bernoulli_bf16, ta::KernelBernoulli, bfloat16_t)
+// A u8 mask for apply_mask_u8: byte 1 where u < p, else 0.
+TA_RANDOM_KERNEL(ta_bernoulli_u8, ta::KernelBernoulli, uint8_t)

@@ -1,8 +1,12 @@
 // Fused dropout, in place: with q = 1 - p and scale = 1 / q (float),
-// x[e] = u(offset + e) < q ? x[e] * scale : 0. The backward pass is the same
-// kernel run on the gradient with the forward's (seed, offset): it
-// regenerates the mask instead of storing it.
-#include "ta_common.h"
+// x[e] = u(offset + e) < q ? x[e] * scale : 0 (docs/rng.md). The backward
+// pass is the same kernel run on the gradient with the forward's (seed,
+// offset): it regenerates the mask instead of storing it.
+//
+// Per tile the vector unit generates the keep mask (ta_philox.h) while
+// MTE2 brings x in, then scales x and selects through the mask; halves are
+// widened to float and rounded back, as the host reference does.
+#include "ta_philox.h"
 
 namespace ta {
 
@@ -16,21 +20,17 @@ public:
     {
         range_ = OwnRange(totalLength, blockLength);
         tile_ = TileOf(tileLength);
-        seed_ = seed;
         first_ = offset + range_.start;
         const float q = 1.0f - p;
         scale_ = 1.0f / q;
-        threshold_ = StreamThreshold(q);
         if (range_.length == 0) {
             return;
         }
         xGm_.SetGlobalBuffer((__gm__ T *)x + range_.start, range_.length);
         pipe_.InitBuffer(inQueue_, kBufferNum, tile_ * sizeof(T));
         pipe_.InitBuffer(outQueue_, kBufferNum, tile_ * sizeof(T));
-        pipe_.InitBuffer(bitsBuf_, tile_ * sizeof(int32_t));
-        pipe_.InitBuffer(valueBuf_, tile_ * sizeof(float));
-        pipe_.InitBuffer(maskBuf_, tile_ / 8);
-        if constexpr (!IsSameType<T, float>::value) {
+        philox_.Init(pipe_, tile_, seed, q);
+        if constexpr (!kIsFloat<T>) {
             pipe_.InitBuffer(workBuf_, tile_ * sizeof(float));
         }
     }
@@ -57,24 +57,15 @@ private:
     __aicore__ inline void Compute(uint64_t done, uint32_t n)
     {
         const uint32_t m = AlignUp(n, kAlign);
-        LocalTensor<int32_t> bits = bitsBuf_.Get<int32_t>();
-        LocalTensor<float> value = valueBuf_.Get<float>();
-        LocalTensor<uint8_t> mask = maskBuf_.Get<uint8_t>();
-        VectorToScalar();
-        FillStreamBits(bits, n, seed_, first_ + done);
-        ScalarToVector();
-        Cast(value, bits, RoundMode::CAST_NONE, m);
-        PipeBarrier<PIPE_V>();
-        Compares(mask, value, threshold_, CMPMODE::LT, m);
-        PipeBarrier<PIPE_V>();
+        const U32 mask = philox_.Generate(first_ + done, n);
         LocalTensor<T> x = inQueue_.DeQue<T>();
         LocalTensor<T> y = outQueue_.AllocTensor<T>();
-        if constexpr (IsSameType<T, float>::value) {
+        if constexpr (kIsFloat<T>) {
             Muls(y, x, scale_, m);
             PipeBarrier<PIPE_V>();
             Select(y, mask, y, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
         } else {
-            LocalTensor<float> work = workBuf_.Get<float>();
+            const LocalTensor<float> work = workBuf_.Get<float>();
             Widen(work, x, m);
             PipeBarrier<PIPE_V>();
             Muls(work, work, scale_, m);
@@ -97,70 +88,22 @@ private:
     TPipe pipe_;
     TQue<QuePosition::VECIN, kBufferNum> inQueue_;
     TQue<QuePosition::VECOUT, kBufferNum> outQueue_;
-    TBuf<TPosition::VECCALC> bitsBuf_;
-    TBuf<TPosition::VECCALC> valueBuf_;
-    TBuf<TPosition::VECCALC> maskBuf_;
     TBuf<TPosition::VECCALC> workBuf_;
+    PhiloxMask philox_;
     GlobalTensor<T> xGm_;
     CoreRange range_;
     uint32_t tile_;
-    uint64_t seed_;
     uint64_t first_;
     float scale_;
-    float threshold_;
 };
-
-template <typename T>
-__aicore__ inline void RunDropout(GM_ADDR x, float p, uint64_t seed, uint64_t offset, uint64_t totalLength,
-                                  uint64_t blockLength, uint32_t tileLength)
-{
-    KernelDropout<T> op;
-    op.Init(x, p, seed, offset, totalLength, blockLength, tileLength);
-    op.Process();
-}
 
 } // namespace ta
 
 // Forward: x is the activation.
-extern "C" __global__ __aicore__ void ta_dropout_f32(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
-                                                     uint64_t totalLength, uint64_t blockLength,
-                                                     uint32_t tileLength)
-{
-    ta::RunDropout<float>(x, p, seed, offset, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_dropout_f16(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
-                                                     uint64_t totalLength, uint64_t blockLength,
-                                                     uint32_t tileLength)
-{
-    ta::RunDropout<half>(x, p, seed, offset, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_dropout_bf16(GM_ADDR x, float p, uint64_t seed, uint64_t offset,
-                                                      uint64_t totalLength, uint64_t blockLength,
-                                                      uint32_t tileLength)
-{
-    ta::RunDropout<bfloat16_t>(x, p, seed, offset, totalLength, blockLength, tileLength);
-}
-
-// Backward: grad is the incoming gradient; pass the forward's seed and offset.
-extern "C" __global__ __aicore__ void ta_dropout_backward_f32(GM_ADDR grad, float p, uint64_t seed,
-                                                              uint64_t offset, uint64_t totalLength,
-                                                              uint64_t blockLength, uint32_t tileLength)
-{
-    ta::RunDropout<float>(grad, p, seed, offset, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_dropout_backward_f16(GM_ADDR grad, float p, uint64_t seed,
-                                                              uint64_t offset, uint64_t totalLength,
-                                                              uint64_t blockLength, uint32_t tileLength)
-{
-    ta::RunDropout<half>(grad, p, seed, offset, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_dropout_backward_bf16(GM_ADDR grad, float p, uint64_t seed,
-                                                               uint64_t offset, uint64_t totalLength,
-                                                               uint64_t blockLength, uint32_t tileLength)
-{
-    ta::RunDropout<bfloat16_t>(grad, p, seed, offset, totalLength, blockLength, tileLength);
-}
+TA_RANDOM_KERNEL(ta_dropout_f32, ta::KernelDropout, float)
+TA_RANDOM_KERNEL(ta_dropout_f16, ta::KernelDropout, half)
+TA_RANDOM_KERNEL(ta_dropout_bf16, ta::KernelDropout, bfloat16_t)
+// Backward: x is the incoming gradient; pass the forward's seed and offset.
+TA_RANDOM_KERNEL(ta_dropout_backward_f32, ta::KernelDropout, float)
+TA_RANDOM_KERNEL(ta_dropout_backward_f16, ta::KernelDropout, half)
+TA_RANDOM_KERNEL(ta_dropout_backward_bf16, ta::KernelDropout, bfloat16_t)

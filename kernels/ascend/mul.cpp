@@ -61,6 +61,9 @@ private:
     __aicore__ inline void Compute(uint32_t n)
     {
         const uint32_t m = AlignUp(n, kAlign);
+        // The scratch buffers are rewritten while the previous tile's last
+        // vector instructions may still read them.
+        PipeBarrier<PIPE_V>();
         LocalTensor<T> x = xQueue_.DeQue<T>();
         LocalTensor<T> z = outQueue_.AllocTensor<T>();
         if constexpr (kScalar) {
@@ -114,49 +117,11 @@ private:
     float s_;
 };
 
-template <typename T, bool kScalar>
-__aicore__ inline void RunMul(GM_ADDR x, GM_ADDR y, float s, uint64_t totalLength, uint64_t blockLength,
-                              uint32_t tileLength)
-{
-    KernelMul<T, kScalar> op;
-    op.Init(x, y, s, totalLength, blockLength, tileLength);
-    op.Process();
-}
-
 } // namespace ta
 
-extern "C" __global__ __aicore__ void ta_mul_f32(GM_ADDR x, GM_ADDR y, uint64_t totalLength, uint64_t blockLength,
-                                                 uint32_t tileLength)
-{
-    ta::RunMul<float, false>(x, y, 0.0f, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_mul_f16(GM_ADDR x, GM_ADDR y, uint64_t totalLength, uint64_t blockLength,
-                                                 uint32_t tileLength)
-{
-    ta::RunMul<half, false>(x, y, 0.0f, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_mul_bf16(GM_ADDR x, GM_ADDR y, uint64_t totalLength, uint64_t blockLength,
-                                                  uint32_t tileLength)
-{
-    ta::RunMul<bfloat16_t, false>(x, y, 0.0f, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_mul_scalar_f32(GM_ADDR x, float s, uint64_t totalLength,
-                                                        uint64_t blockLength, uint32_t tileLength)
-{
-    ta::RunMul<float, true>(x, nullptr, s, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_mul_scalar_f16(GM_ADDR x, float s, uint64_t totalLength,
-                                                        uint64_t blockLength, uint32_t tileLength)
-{
-    ta::RunMul<half, true>(x, nullptr, s, totalLength, blockLength, tileLength);
-}
-
-extern "C" __global__ __aicore__ void ta_mul_scalar_bf16(GM_ADDR x, float s, uint64_t totalLength,
-                                                         uint64_t blockLength, uint32_t tileLength)
-{
-    ta::RunMul<bfloat16_t, true>(x, nullptr, s, totalLength, blockLength, tileLength);
-}
+TA_BINARY_KERNEL(ta_mul_f32, ta::KernelMul, float)
+TA_BINARY_KERNEL(ta_mul_f16, ta::KernelMul, half)
+TA_BINARY_KERNEL(ta_mul_bf16, ta::KernelMul, bfloat16_t)
+TA_SCALAR_KERNEL(ta_mul_scalar_f32, ta::KernelMul, float)
+TA_SCALAR_KERNEL(ta_mul_scalar_f16, ta::KernelMul, half)
+TA_SCALAR_KERNEL(ta_mul_scalar_bf16, ta::KernelMul, bfloat16_t)

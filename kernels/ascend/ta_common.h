@@ -1,12 +1,12 @@
-// Shared pieces of tensor-arena's AscendC kernels: the per-core split, tile
-// copies that handle ragged tails, and Philox4x32-10 on the scalar unit.
+// Shared pieces of tensor-arena's AscendC kernels: the per-core split,
+// tile copies that handle ragged tails, half-type conversions, and the
+// macros that make every kernel's extern "C" entry points.
 //
 // Tiling contract (every kernel): element e of the call belongs to core
 // e / blockLength; a core walks its elements in tiles of tileLength
 // (rounded down to a multiple of kAlign, at least kAlign). Vector
-// instructions run on the tile count rounded up to kAlign, so every Compare
-// covers whole 256-byte repeats; the extra lanes hold stale UB data and are
-// never copied out.
+// instructions run on the tile count rounded up to kAlign; the extra lanes
+// hold stale UB data and are never copied out.
 #ifndef TA_COMMON_H
 #define TA_COMMON_H
 
@@ -75,67 +75,6 @@ __aicore__ inline void CopyOut(const GlobalTensor<T> &dst, const LocalTensor<T> 
     }
 }
 
-// Philox4x32-10 (Salmon et al., SC'11) on counter c and key (k0, k1), in
-// place. The 32x32->64 products need the scalar unit: A2/A3 vector units
-// have no widening multiply.
-__aicore__ inline void Philox10(uint32_t c[4], uint32_t k0, uint32_t k1)
-{
-    constexpr uint64_t kM0 = 0xD2511F53u;
-    constexpr uint64_t kM1 = 0xCD9E8D57u;
-    for (int round = 0; round < 10; ++round) {
-        if (round > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        const uint64_t p0 = kM0 * c[0];
-        const uint64_t p1 = kM1 * c[2];
-        const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k0;
-        const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k1;
-        c[0] = n0;
-        c[1] = static_cast<uint32_t>(p1);
-        c[2] = n2;
-        c[3] = static_cast<uint32_t>(p0);
-    }
-}
-
-// dst[i] = word(first + i) >> 8 for i < n, where word(g) is word g % 4 of
-// the Philox block with counter (g / 4 lo, g / 4 hi, 0, 0) under key
-// (seed lo, seed hi), stream positions wrapping at 2^64 (RNG.md). The 24-bit
-// values are exact as int32 and as float.
-__aicore__ inline void FillStreamBits(const LocalTensor<int32_t> &dst, uint32_t n, uint64_t seed,
-                                      uint64_t first)
-{
-    const uint32_t k0 = static_cast<uint32_t>(seed);
-    const uint32_t k1 = static_cast<uint32_t>(seed >> 32);
-    uint64_t g = first;
-    uint32_t i = 0;
-    while (i < n) {
-        const uint64_t block = g >> 2;
-        uint32_t c[4] = {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0};
-        Philox10(c, k0, k1);
-        for (uint32_t w = static_cast<uint32_t>(g & 3); w < 4 && i < n; ++w, ++i, ++g) {
-            dst.SetValue(i, static_cast<int32_t>(c[w] >> 8));
-        }
-    }
-}
-
-// Orders the scalar unit after every vector instruction issued so far, so
-// it may overwrite UB the vector unit was reading.
-__aicore__ inline void VectorToScalar()
-{
-    const event_t id = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_S));
-    SetFlag<HardEvent::V_S>(id);
-    WaitFlag<HardEvent::V_S>(id);
-}
-
-// Orders vector instructions after the scalar unit's UB writes.
-__aicore__ inline void ScalarToVector()
-{
-    const event_t id = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
-    SetFlag<HardEvent::S_V>(id);
-    WaitFlag<HardEvent::S_V>(id);
-}
-
 // Widens m elements of a half/bfloat16 tile to float (exact).
 template <typename T>
 __aicore__ inline void Widen(const LocalTensor<float> &dst, const LocalTensor<T> &src, uint32_t m)
@@ -150,11 +89,93 @@ __aicore__ inline void Narrow(const LocalTensor<T> &dst, const LocalTensor<float
     Cast(dst, src, RoundMode::CAST_RINT, m);
 }
 
-// The random kernels' comparison: u < p with u = bits * 2^-24 is
-// bits < p * 2^24, and p * 2^24 is exact in float (a power-of-two scaling
-// of a value in [0, 1]), as is every 24-bit `bits`.
-__aicore__ inline float StreamThreshold(float p) { return p * 16777216.0f; }
+template <typename T>
+constexpr bool kIsFloat = IsSameType<T, float>::value;
 
 } // namespace ta
+
+// Every kernel's extern "C" entry points, one per element type, come from
+// these macros, one per launch signature (kernels/ascend/README.md).
+// ascendc_library finds kernels in the preprocessed source, so the
+// definitions the macros expand to get their aclrtlaunch_<name> stubs.
+#define TA_RANDOM_KERNEL(name, Kernel, T)                                                                  \
+    extern "C" __global__ __aicore__ void name(GM_ADDR x, float p, uint64_t seed, uint64_t offset,            \
+                                               uint64_t totalLength, uint64_t blockLength, uint32_t tileLength) \
+    {                                                                                                    \
+        Kernel<T> op;                                                                                    \
+        op.Init(x, p, seed, offset, totalLength, blockLength, tileLength);                               \
+        op.Process();                                                                                    \
+    }
+
+#define TA_RANDOM_BITS_KERNEL(name, Kernel, T)                                                             \
+    extern "C" __global__ __aicore__ void name(GM_ADDR x, GM_ADDR bits, float p, uint64_t seed, uint64_t offset, \
+                                               uint64_t totalLength, uint64_t blockLength, uint32_t tileLength) \
+    {                                                                                                     \
+        Kernel<T> op;                                                                                     \
+        op.Init(x, bits, p, seed, offset, totalLength, blockLength, tileLength);                          \
+        op.Process();                                                                                     \
+    }
+
+#define TA_MASK_KERNEL(name, Kernel, T, M)                                                                  \
+    extern "C" __global__ __aicore__ void name(GM_ADDR x, GM_ADDR mask, float scale, uint64_t totalLength,     \
+                                               uint64_t blockLength, uint32_t tileLength)                     \
+    {                                                                                                     \
+        Kernel<T, M> op;                                                                                  \
+        op.Init(x, mask, scale, totalLength, blockLength, tileLength);                                    \
+        op.Process();                                                                                     \
+    }
+
+#define TA_BINARY_KERNEL(name, Kernel, T)                                                                   \
+    extern "C" __global__ __aicore__ void name(GM_ADDR x, GM_ADDR y, uint64_t totalLength, uint64_t blockLength, \
+                                               uint32_t tileLength)                                           \
+    {                                                                                                     \
+        Kernel<T, false> op;                                                                              \
+        op.Init(x, y, 0.0f, totalLength, blockLength, tileLength);                                        \
+        op.Process();                                                                                     \
+    }
+
+#define TA_SCALAR_KERNEL(name, Kernel, T)                                                                   \
+    extern "C" __global__ __aicore__ void name(GM_ADDR x, float s, uint64_t totalLength, uint64_t blockLength,   \
+                                               uint32_t tileLength)                                           \
+    {                                                                                                     \
+        Kernel<T, true> op;                                                                               \
+        op.Init(x, nullptr, s, totalLength, blockLength, tileLength);                                     \
+        op.Process();                                                                                     \
+    }
+
+// Every entry point, by launch signature: RANDOM(name) for (x, p, seed,
+// offset, ...), RANDOM_BITS(name) for (x, bits, p, seed, offset, ...),
+// MASK(name) for (x, mask, scale, ...), BINARY(name) for (x, y, ...),
+// SCALAR(name) for (x, s, ...). The shim build makes its aclrtlaunch_*
+// functions from this list.
+#define TA_FOR_EACH_KERNEL(RANDOM, RANDOM_BITS, MASK, BINARY, SCALAR)                                      \
+    RANDOM(ta_bernoulli_f32)                                                                             \
+    RANDOM(ta_bernoulli_f16)                                                                             \
+    RANDOM(ta_bernoulli_bf16)                                                                            \
+    RANDOM(ta_bernoulli_u8)                                                                              \
+    RANDOM(ta_dropout_f32)                                                                               \
+    RANDOM(ta_dropout_f16)                                                                               \
+    RANDOM(ta_dropout_bf16)                                                                              \
+    RANDOM(ta_dropout_backward_f32)                                                                      \
+    RANDOM(ta_dropout_backward_f16)                                                                      \
+    RANDOM(ta_dropout_backward_bf16)                                                                     \
+    RANDOM_BITS(ta_dropout_bitmask_f32)                                                                  \
+    RANDOM_BITS(ta_dropout_bitmask_f16)                                                                  \
+    RANDOM_BITS(ta_dropout_bitmask_bf16)                                                                 \
+    MASK(ta_apply_bitmask_f32)                                                                           \
+    MASK(ta_apply_bitmask_f16)                                                                           \
+    MASK(ta_apply_bitmask_bf16)                                                                          \
+    MASK(ta_apply_mask_f32)                                                                              \
+    MASK(ta_apply_mask_f16)                                                                              \
+    MASK(ta_apply_mask_bf16)                                                                             \
+    MASK(ta_apply_mask_u8_f32)                                                                           \
+    MASK(ta_apply_mask_u8_f16)                                                                           \
+    MASK(ta_apply_mask_u8_bf16)                                                                          \
+    BINARY(ta_mul_f32)                                                                                   \
+    BINARY(ta_mul_f16)                                                                                   \
+    BINARY(ta_mul_bf16)                                                                                  \
+    SCALAR(ta_mul_scalar_f32)                                                                            \
+    SCALAR(ta_mul_scalar_f16)                                                                            \
+    SCALAR(ta_mul_scalar_bf16)
 
 #endif // TA_COMMON_H

@@ -10,6 +10,9 @@
 #include "ta_shim/tensor.h"
 #include "ta_shim/pipe.h"
 #include "ta_shim/copy.h"
-#include "ta_shim/vector.h"
+#include "ta_shim/vector_arith.h"
+#include "ta_shim/vector_cast.h"
+#include "ta_shim/vector_logic.h"
+#include "ta_shim/vector_select.h"
 
 #endif // TA_SHIM_KERNEL_OPERATOR_H

@@ -16,64 +16,47 @@
 #include "dropout.cpp"
 #include "mul.cpp"
 #include "apply_mask.cpp"
+#include "dropout_bitmask.cpp"
 
-#define TA_RANDOM_ENTRY(kernel)                                                                          \
-    extern "C" TA_SHIM_EXPORT uint32_t aclrtlaunch_##kernel(uint32_t numBlocks, void *stream, void *x, float p, \
-                                                            uint64_t seed, uint64_t offset,                \
-                                                            uint64_t totalLength, uint64_t blockLength,     \
-                                                            uint32_t tileLength)                            \
-    {                                                                                                      \
-        return ta_shim::Launch(#kernel, numBlocks, stream, [&] {                                                   \
-            kernel(static_cast<GM_ADDR>(x), p, seed, offset, totalLength, blockLength, tileLength);       \
-        });                                                                                                \
+// The launch stubs ascendc_library generates, one per kernel in the
+// kernel list of ta_common.h: numBlocks and stream first, GM pointers as
+// void*, scalars unchanged.
+#define TA_LAUNCH_STUB(kernel, params, args)                                                            \
+    extern "C" TA_SHIM_EXPORT uint32_t aclrtlaunch_##kernel params                                      \
+    {                                                                                                  \
+        return ta_shim::Launch(#kernel, numBlocks, stream, [&] { kernel args; });                      \
     }
 
-#define TA_BINARY_ENTRY(kernel)                                                                          \
-    extern "C" TA_SHIM_EXPORT uint32_t aclrtlaunch_##kernel(uint32_t numBlocks, void *stream, void *x, void *y, \
-                                                            uint64_t totalLength, uint64_t blockLength,     \
-                                                            uint32_t tileLength)                            \
-    {                                                                                                      \
-        return ta_shim::Launch(#kernel, numBlocks, stream, [&] {                                                   \
-            kernel(static_cast<GM_ADDR>(x), static_cast<GM_ADDR>(y), totalLength, blockLength, tileLength); \
-        });                                                                                                \
-    }
+#define TA_RANDOM_ENTRY(kernel)                                                                        \
+    TA_LAUNCH_STUB(kernel,                                                                             \
+                   (uint32_t numBlocks, void *stream, void *x, float p, uint64_t seed, uint64_t offset,  \
+                    uint64_t totalLength, uint64_t blockLength, uint32_t tileLength),                  \
+                   (static_cast<GM_ADDR>(x), p, seed, offset, totalLength, blockLength, tileLength))
 
-#define TA_MASK_ENTRY(kernel)                                                                            \
-    extern "C" TA_SHIM_EXPORT uint32_t aclrtlaunch_##kernel(uint32_t numBlocks, void *stream, void *x,         \
-                                                            void *mask, float scale, uint64_t totalLength,  \
-                                                            uint64_t blockLength, uint32_t tileLength)      \
-    {                                                                                                      \
-        return ta_shim::Launch(#kernel, numBlocks, stream, [&] {                                                   \
-            kernel(static_cast<GM_ADDR>(x), static_cast<GM_ADDR>(mask), scale, totalLength, blockLength,   \
-                   tileLength);                                                                            \
-        });                                                                                                \
-    }
+#define TA_RANDOM_BITS_ENTRY(kernel)                                                                   \
+    TA_LAUNCH_STUB(kernel,                                                                             \
+                   (uint32_t numBlocks, void *stream, void *x, void *bits, float p, uint64_t seed,      \
+                    uint64_t offset, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength),  \
+                   (static_cast<GM_ADDR>(x), static_cast<GM_ADDR>(bits), p, seed, offset, totalLength,   \
+                    blockLength, tileLength))
 
-#define TA_SCALAR_ENTRY(kernel)                                                                          \
-    extern "C" TA_SHIM_EXPORT uint32_t aclrtlaunch_##kernel(uint32_t numBlocks, void *stream, void *x, float s, \
-                                                            uint64_t totalLength, uint64_t blockLength,     \
-                                                            uint32_t tileLength)                            \
-    {                                                                                                      \
-        return ta_shim::Launch(#kernel, numBlocks, stream, [&] {                                                   \
-            kernel(static_cast<GM_ADDR>(x), s, totalLength, blockLength, tileLength);                     \
-        });                                                                                                \
-    }
+#define TA_MASK_ENTRY(kernel)                                                                          \
+    TA_LAUNCH_STUB(kernel,                                                                             \
+                   (uint32_t numBlocks, void *stream, void *x, void *mask, float scale,                 \
+                    uint64_t totalLength, uint64_t blockLength, uint32_t tileLength),                  \
+                   (static_cast<GM_ADDR>(x), static_cast<GM_ADDR>(mask), scale, totalLength, blockLength, \
+                    tileLength))
 
-TA_RANDOM_ENTRY(ta_bernoulli_f32)
-TA_RANDOM_ENTRY(ta_bernoulli_f16)
-TA_RANDOM_ENTRY(ta_bernoulli_bf16)
-TA_RANDOM_ENTRY(ta_dropout_f32)
-TA_RANDOM_ENTRY(ta_dropout_f16)
-TA_RANDOM_ENTRY(ta_dropout_bf16)
-TA_RANDOM_ENTRY(ta_dropout_backward_f32)
-TA_RANDOM_ENTRY(ta_dropout_backward_f16)
-TA_RANDOM_ENTRY(ta_dropout_backward_bf16)
-TA_MASK_ENTRY(ta_apply_mask_f32)
-TA_MASK_ENTRY(ta_apply_mask_f16)
-TA_MASK_ENTRY(ta_apply_mask_bf16)
-TA_BINARY_ENTRY(ta_mul_f32)
-TA_BINARY_ENTRY(ta_mul_f16)
-TA_BINARY_ENTRY(ta_mul_bf16)
-TA_SCALAR_ENTRY(ta_mul_scalar_f32)
-TA_SCALAR_ENTRY(ta_mul_scalar_f16)
-TA_SCALAR_ENTRY(ta_mul_scalar_bf16)
+#define TA_BINARY_ENTRY(kernel)                                                                        \
+    TA_LAUNCH_STUB(kernel,                                                                             \
+                   (uint32_t numBlocks, void *stream, void *x, void *y, uint64_t totalLength,           \
+                    uint64_t blockLength, uint32_t tileLength),                                        \
+                   (static_cast<GM_ADDR>(x), static_cast<GM_ADDR>(y), totalLength, blockLength, tileLength))
+
+#define TA_SCALAR_ENTRY(kernel)                                                                        \
+    TA_LAUNCH_STUB(kernel,                                                                             \
+                   (uint32_t numBlocks, void *stream, void *x, float s, uint64_t totalLength,           \
+                    uint64_t blockLength, uint32_t tileLength),                                        \
+                   (static_cast<GM_ADDR>(x), s, totalLength, blockLength, tileLength))
+
+TA_FOR_EACH_KERNEL(TA_RANDOM_ENTRY, TA_RANDOM_BITS_ENTRY, TA_MASK_ENTRY, TA_BINARY_ENTRY, TA_SCALAR_ENTRY)

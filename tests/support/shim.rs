@@ -21,10 +21,47 @@ pub const PARAM_INVALID: u32 = 107_000;
 
 type RandomFn =
     unsafe extern "C" fn(u32, *mut c_void, *mut c_void, f32, u64, u64, u64, u64, u32) -> u32;
+type RandomBitsFn = unsafe extern "C" fn(
+    u32,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    f32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u32,
+) -> u32;
 type MaskFn =
     unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void, f32, u64, u64, u32) -> u32;
 type MulFn = unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void, u64, u64, u32) -> u32;
 type ScalarFn = unsafe extern "C" fn(u32, *mut c_void, *mut c_void, f32, u64, u64, u32) -> u32;
+
+/// The cost model's figures for a launch (`struct ta_shim_cost`): an
+/// estimate from documented throughputs, never a measurement. Pipes are
+/// indexed S, V, MTE2, MTE3.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Cost {
+    pub blocks: u32,
+    pub critical_block: u32,
+    pub critical_cycles: f64,
+    pub critical_busy: [f64; 4],
+    pub total_busy: [f64; 4],
+    pub critical_instructions: [u64; 4],
+    pub total_instructions: [u64; 4],
+    pub gm_bytes: u64,
+}
+
+/// Pipe indices of [`Cost`].
+pub const S: usize = 0;
+/// The vector pipe.
+pub const V: usize = 1;
+/// MTE2: GM to UB.
+pub const MTE2: usize = 2;
+/// MTE3: UB to GM.
+pub const MTE3: usize = 3;
 
 /// One loaded shim library.
 pub struct Shim {
@@ -123,6 +160,27 @@ impl Shim {
         unsafe { f() }
     }
 
+    /// The cost model's figures for this thread's last launch.
+    pub fn last_cost(&self) -> Cost {
+        // SAFETY: `void ta_shim_last_cost(struct ta_shim_cost *)`.
+        let f: unsafe extern "C" fn(*mut Cost) = unsafe { self.function("ta_shim_last_cost") };
+        let mut c = Cost::default();
+        // SAFETY: c is a live, writable struct with the C layout.
+        unsafe { f(&mut c) };
+        c
+    }
+
+    /// The cost model's clock (Hz), vector cores and HBM bandwidth (bytes/s).
+    pub fn cost_params(&self) -> (f64, u32, f64) {
+        type ParamsFn = unsafe extern "C" fn(*mut f64, *mut u32, *mut f64);
+        // SAFETY: `void ta_shim_cost_params(double *, uint32_t *, double *)`.
+        let f: ParamsFn = unsafe { self.function("ta_shim_cost_params") };
+        let (mut clock, mut cores, mut hbm) = (0.0, 0u32, 0.0);
+        // SAFETY: three live, writable values.
+        unsafe { f(&mut clock, &mut cores, &mut hbm) };
+        (clock, cores, hbm)
+    }
+
     /// Launches a random kernel (bernoulli, dropout, dropout backward) on `x`.
     pub fn random<T: Element>(
         &self,
@@ -146,6 +204,79 @@ impl Shim {
                 p,
                 rng.seed,
                 rng.offset,
+                t.total_length,
+                t.block_length,
+                t.tile_length,
+            )
+        }
+    }
+
+    /// Launches a dropout that also writes its keep mask
+    /// (`ta_dropout_bitmask_*`): one bit per element into `bits`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn random_bits<T: Element>(
+        &self,
+        entry: &str,
+        blocks: u32,
+        x: &mut [T],
+        bits: &mut [u8],
+        p: f32,
+        rng: RngState,
+        t: &Tiling,
+    ) -> u32 {
+        assert_eq!(t.total_length, x.len() as u64);
+        assert_eq!(bits.len(), x.len().div_ceil(8));
+        // SAFETY: the signature of the bit-mask dropout launch functions.
+        let f: RandomBitsFn = unsafe { self.function(&format!("{LAUNCH_PREFIX}{entry}")) };
+        // SAFETY: x holds total_length elements and bits total_length / 8
+        // bytes (rounded up) for the whole synchronous launch.
+        unsafe {
+            f(
+                blocks,
+                std::ptr::null_mut(),
+                x.as_mut_ptr().cast(),
+                bits.as_mut_ptr().cast(),
+                p,
+                rng.seed,
+                rng.offset,
+                t.total_length,
+                t.block_length,
+                t.tile_length,
+            )
+        }
+    }
+
+    /// Launches a kernel with the apply_mask signature whose mask is bytes
+    /// (`ta_apply_mask_u8_*`, one byte per element, or `ta_apply_bitmask_*`,
+    /// one bit per element).
+    pub fn apply_byte_mask<T: Element>(
+        &self,
+        entry: &str,
+        blocks: u32,
+        x: &mut [T],
+        mask: &[u8],
+        scale: f32,
+        t: &Tiling,
+    ) -> u32 {
+        assert_eq!(t.total_length, x.len() as u64);
+        let mask_len = if entry.contains("bitmask") {
+            x.len().div_ceil(8)
+        } else {
+            x.len()
+        };
+        assert_eq!(mask.len(), mask_len, "{entry}: mask bytes");
+        // SAFETY: the apply_mask launch signature.
+        let f: MaskFn = unsafe { self.function(&format!("{LAUNCH_PREFIX}{entry}")) };
+        // SAFETY: as for apply_mask: x and the mask (one byte or one bit per
+        // element, checked above) are valid for the synchronous launch, the
+        // mask only read.
+        unsafe {
+            f(
+                blocks,
+                std::ptr::null_mut(),
+                x.as_mut_ptr().cast(),
+                mask.as_ptr().cast_mut().cast(),
+                scale,
                 t.total_length,
                 t.block_length,
                 t.tile_length,

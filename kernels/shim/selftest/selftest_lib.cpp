@@ -5,7 +5,8 @@
 //   can show every rule is caught;
 // - ta_shim_unit_tests: checks of the shim's instruction semantics (bit
 //   layouts, rounding, padding, block iteration) and of the kernels'
-//   Philox4x32-10 against the Random123 known-answer vectors;
+//   vector Philox4x32-10 (ta_philox.h) against a reference checked with
+//   the Random123 known-answer vectors;
 // - ta_shim_{half,bf16}_{to,from}_float: the shim's conversions, for an
 //   exhaustive comparison with the `half` crate.
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "ta_shim/launch.h"
 
 #include "ta_common.h"
+#include "ta_philox.h"
 
 namespace selftest {
 
@@ -40,8 +42,16 @@ enum Rule : uint32_t {
     kCrossCore = 14,      // every block writes the whole output
     kGmOutOfBounds = 15,  // DataCopy past the GlobalTensor's end
     kWaitWithoutSet = 16, // WaitFlag with no SetFlag
-    kWrongPosition = 17,  // DataCopy GM->UB into a VECOUT tensor
+    kWrongPosition = 17,  // DataCopy GM->UB into a VECCALC TBuf
     kCorrect = 18,        // a well-formed mul_scalar by 2: no violation
+    kAndWordCount = 19,   // And on uint32 with the word count (the c220 pitfall)
+    kMissingBarrier = 20, // a vector op reads another's result, no PipeBarrier<PIPE_V>
+    kMissingDeQue = 21,   // a vector op reads a VECIN copy, no EnQue/DeQue
+    kThroughVecout = 22,  // GM -> VECOUT -> GM with an MTE2_MTE3 flag: no violation
+    kShiftTooFar = 23,    // ShiftRight of uint32 by 33
+    kInt32Less = 24,      // Compares on int32 with CMPMODE::LT
+    kSelectMode = 25,     // Select with a scalar in VSEL_TENSOR_TENSOR_MODE
+    kAndHalfCount = 26,   // the same And with uint16 and twice the count: no violation
 };
 
 constexpr uint32_t kTile = 256;
@@ -119,6 +129,103 @@ void CompareCount(GM_ADDR x, uint64_t n)
     b = out.DeQue<float>();
     ta::CopyOut(gm, b, static_cast<uint32_t>(n));
     out.FreeTensor(b);
+}
+
+// x[0, n) = x * 2 copied GM -> VECOUT -> GM (n a multiple of 8): allowed
+// on A2, ordered by an MTE2 -> MTE3 flag.
+void ThroughVecout(GM_ADDR x, uint64_t n)
+{
+    TPipe pipe;
+    TQue<QuePosition::VECOUT, 1> out;
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float *)x, n);
+    pipe.InitBuffer(out, 1, kTile * sizeof(float));
+    LocalTensor<float> t = out.AllocTensor<float>();
+    DataCopy(t, gm, static_cast<uint32_t>(n));
+    SetFlag<HardEvent::MTE2_MTE3>(0);
+    WaitFlag<HardEvent::MTE2_MTE3>(0);
+    DataCopy(gm[0], t, static_cast<uint32_t>(n));
+    out.FreeTensor(t);
+}
+
+// The words of x[0, n) (n a multiple of 64) keep only their low 16 bits:
+// And with 0x0000FFFF, on uint32 with the word count (the pitfall) or on
+// uint16 with twice the count (correct).
+void AndLowHalves(uint32_t rule, GM_ADDR x, uint64_t n)
+{
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 1> in;
+    TQue<QuePosition::VECOUT, 1> out;
+    TBuf<TPosition::VECCALC> maskBuf;
+    GlobalTensor<uint32_t> gm;
+    gm.SetGlobalBuffer((__gm__ uint32_t *)x, n);
+    pipe.InitBuffer(in, 1, kTile * sizeof(uint32_t));
+    pipe.InitBuffer(out, 1, kTile * sizeof(uint32_t));
+    pipe.InitBuffer(maskBuf, kTile * sizeof(uint32_t));
+    LocalTensor<uint32_t> mask = maskBuf.Get<uint32_t>();
+    Duplicate(mask, 0x0000FFFFu, static_cast<int32_t>(n));
+    LocalTensor<uint32_t> a = in.AllocTensor<uint32_t>();
+    DataCopy(a, gm, static_cast<uint32_t>(n));
+    in.EnQue(a);
+    a = in.DeQue<uint32_t>();
+    LocalTensor<uint32_t> b = out.AllocTensor<uint32_t>();
+    // Words the And does not reach stay all ones.
+    Duplicate(b, 0xFFFFFFFFu, static_cast<int32_t>(n));
+    PipeBarrier<PIPE_V>();
+    if (rule == kAndWordCount) {
+        And(b, a, mask, static_cast<int32_t>(n));
+    } else {
+        And(b.ReinterpretCast<uint16_t>(), a.ReinterpretCast<uint16_t>(), mask.ReinterpretCast<uint16_t>(),
+            static_cast<int32_t>(2 * n));
+    }
+    out.EnQue(b);
+    in.FreeTensor(a);
+    b = out.DeQue<uint32_t>();
+    DataCopy(gm, b, static_cast<uint32_t>(n));
+    out.FreeTensor(b);
+}
+
+void VectorMisuse(uint32_t rule, GM_ADDR x, uint64_t n)
+{
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 1> in;
+    TBuf<TPosition::VECCALC> aBuf;
+    TBuf<TPosition::VECCALC> bBuf;
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float *)x, n);
+    pipe.InitBuffer(in, 1, kTile * sizeof(float));
+    pipe.InitBuffer(aBuf, kTile * sizeof(float));
+    pipe.InitBuffer(bBuf, kTile * sizeof(float));
+    LocalTensor<float> a = aBuf.Get<float>();
+    LocalTensor<float> b = bBuf.Get<float>();
+    switch (rule) {
+    case kMissingBarrier:
+        Duplicate(a, 1.0f, 64);
+        Muls(b, a, 2.0f, 64);
+        break;
+    case kMissingDeQue: {
+        LocalTensor<float> t = in.AllocTensor<float>();
+        DataCopy(t, gm, 64);
+        Muls(b, t, 2.0f, 64);
+        in.FreeTensor(t);
+        break;
+    }
+    case kShiftTooFar: {
+        LocalTensor<uint32_t> u = aBuf.Get<uint32_t>();
+        ShiftRight(u, u, 33u, 64);
+        break;
+    }
+    case kInt32Less: {
+        LocalTensor<int32_t> i = aBuf.Get<int32_t>();
+        Compares(bBuf.Get<uint8_t>(), i, 0, CMPMODE::LT, 64);
+        break;
+    }
+    case kSelectMode:
+        Select(b, bBuf.Get<uint8_t>(), a, 0.0f, SELMODE::VSEL_TENSOR_TENSOR_MODE, 64);
+        break;
+    default:
+        break;
+    }
 }
 
 void QueueMisuse(uint32_t rule, GM_ADDR x, uint64_t n)
@@ -261,15 +368,27 @@ void Run(uint32_t rule, GM_ADDR x, uint64_t n)
         return;
     case kWrongPosition: {
         TPipe pipe;
-        TQue<QuePosition::VECOUT, 1> out;
+        TBuf<TPosition::VECCALC> calc;
         GlobalTensor<float> gm;
         gm.SetGlobalBuffer((__gm__ float *)x, n);
-        pipe.InitBuffer(out, 1, kTile * sizeof(float));
-        LocalTensor<float> t = out.AllocTensor<float>();
-        DataCopy(t, gm, 8);
-        out.FreeTensor(t);
+        pipe.InitBuffer(calc, kTile * sizeof(float));
+        DataCopy(calc.Get<float>(), gm, 8);
         return;
     }
+    case kThroughVecout:
+        ThroughVecout(x, n);
+        return;
+    case kAndWordCount:
+    case kAndHalfCount:
+        AndLowHalves(rule, x, n);
+        return;
+    case kMissingBarrier:
+    case kMissingDeQue:
+    case kShiftTooFar:
+    case kInt32Less:
+    case kSelectMode:
+        VectorMisuse(rule, x, n);
+        return;
     default:
         QueueMisuse(rule, x, n);
         return;

@@ -3,7 +3,9 @@
 // DataCopy moves whole 32-byte blocks: a length that is not a multiple of 32
 // bytes is rounded down, as on the device, and recorded, so a forgotten tail
 // shows both as a wrong result and in the violation report. DataCopyPad
-// (Atlas A2/A3) moves exact byte counts.
+// (Atlas A2/A3) moves exact byte counts. GM->UB copies run on MTE2, UB->GM
+// copies on MTE3; the cost model charges them the bytes moved over the
+// core's share of HBM bandwidth.
 #ifndef TA_SHIM_COPY_H
 #define TA_SHIM_COPY_H
 
@@ -73,12 +75,11 @@ inline uint64_t RoundedCopyBytes(const char *api, uint64_t count, size_t elem)
 
 inline void CheckPadParams(const char *api, const AscendC::DataCopyExtParams &p, size_t elem)
 {
-    if (p.blockCount == 0 || p.blockCount > kMaxPadBlockCount || p.blockLen == 0 ||
-        p.blockLen > kMaxPadBlockLen) {
+    if (p.blockCount > kMaxPadBlockCount || p.blockLen > kMaxPadBlockLen) {
         Violation(Severity::kFatal, "datacopy-length",
                   std::string(api) + ": blockCount " + std::to_string(p.blockCount) +
                       " and blockLen " + std::to_string(p.blockLen) +
-                      " must lie in [1, 4095] and [1, 2097151] bytes");
+                      " must lie in [0, 4095] and [0, 2097151] bytes");
     }
     if (p.blockLen % elem != 0) {
         Violation(Severity::kFatal, "datacopy-length",
@@ -87,18 +88,21 @@ inline void CheckPadParams(const char *api, const AscendC::DataCopyExtParams &p,
     }
 }
 
-inline void CheckPosition(const char *api, const BufferRec *b, AscendC::TPosition want)
+// GM <-> UB copies go through queue buffers (VECIN or VECOUT) on A2/A3:
+// the GM->UB and UB->GM DataCopyPad pages list GM->VECIN, GM->VECOUT,
+// VECIN->GM and VECOUT->GM only (VECCALC is Ascend 950 only).
+inline void CheckPosition(const char *api, const BufferRec *b)
 {
-    if (b->pos != want) {
+    if (b->pos != AscendC::TPosition::VECIN && b->pos != AscendC::TPosition::VECOUT) {
         Violation(Severity::kRecorded, "position",
-                  std::string(api) + " uses " + b->name + ", but " +
-                      (want == AscendC::TPosition::VECIN
-                           ? "copies into the UB go through a VECIN queue (its EnQue/DeQue "
-                             "orders MTE2 before the vector unit)"
-                           : "copies out of the UB go through a VECOUT queue (its EnQue/DeQue "
-                             "orders the vector unit before MTE3)"));
+                  std::string(api) + " uses " + b->name +
+                      ", but copies between GM and the UB go through VECIN or VECOUT queue buffers "
+                      "on A2/A3, not VECCALC");
     }
 }
+
+// MTE cycles of a transfer of `bytes` over the core's share of HBM.
+inline double CopyCycles(uint64_t bytes) { return static_cast<double>(bytes) / Core().tl.gm_bytes_per_cycle; }
 
 } // namespace ta_shim
 
@@ -108,77 +112,94 @@ template <typename T>
 void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const uint32_t calCount)
 {
     using namespace ta_shim;
-    const uint64_t bytes = RoundedCopyBytes("DataCopy GM->UB", calCount, sizeof(T));
-    T *d = dst.Use("DataCopy GM->UB", "dst", bytes / sizeof(T), Unit::kMte);
-    CheckPosition("DataCopy GM->UB", dst.rec_, TPosition::VECIN);
-    const T *s = src.Use("DataCopy GM->UB", bytes / sizeof(T), false);
+    const Instr ins("DataCopy GM->UB", Pipe::kMte2);
+    const uint64_t bytes = RoundedCopyBytes(ins.api, calCount, sizeof(T));
+    T *d = dst.Write(ins, "dst", bytes / sizeof(T));
+    CheckPosition(ins.api, dst.rec_);
+    const T *s = src.Use(ins.api, bytes / sizeof(T), false);
     std::memcpy(d, s, bytes);
+    ins.Done(CopyCycles(bytes), bytes);
 }
 
 template <typename T>
 void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t calCount)
 {
     using namespace ta_shim;
-    const uint64_t bytes = RoundedCopyBytes("DataCopy UB->GM", calCount, sizeof(T));
-    const T *s = src.Use("DataCopy UB->GM", "src", bytes / sizeof(T), Unit::kMte);
-    CheckPosition("DataCopy UB->GM", src.rec_, TPosition::VECOUT);
-    T *d = dst.Use("DataCopy UB->GM", bytes / sizeof(T), true);
+    const Instr ins("DataCopy UB->GM", Pipe::kMte3);
+    const uint64_t bytes = RoundedCopyBytes(ins.api, calCount, sizeof(T));
+    const T *s = src.Read(ins, "src", bytes / sizeof(T));
+    CheckPosition(ins.api, src.rec_);
+    T *d = dst.Use(ins.api, bytes / sizeof(T), true);
     std::memcpy(d, s, bytes);
+    ins.Done(CopyCycles(bytes), bytes);
 }
 
 // Each GM block of blockLen bytes lands on its own 32-byte-aligned UB block;
 // the bytes after it up to the next 32-byte boundary get paddingValue when
-// isPad is set and are left undefined (0xFF here) otherwise.
+// isPad is set, and otherwise the block's first element repeated (the
+// "dummy" data of the GM->UB DataCopyPad page, for left and right padding
+// of 0). A blockCount or blockLen of 0 makes the copy a no-op on A2/A3 (same
+// page).
 template <typename T>
 void DataCopyPad(const LocalTensor<T> &dst, const GlobalTensor<T> &src,
                  const DataCopyExtParams &params, const DataCopyPadExtParams<T> &padParams)
 {
     using namespace ta_shim;
-    const char *api = "DataCopyPad GM->UB";
-    CheckPadParams(api, params, sizeof(T));
+    const Instr ins("DataCopyPad GM->UB", Pipe::kMte2);
+    if (params.blockCount == 0 || params.blockLen == 0) {
+        ins.Done(0);
+        return;
+    }
+    CheckPadParams(ins.api, params, sizeof(T));
     if (padParams.leftPadding != 0 || padParams.rightPadding != 0) {
         Violation(Severity::kFatal, "unsupported",
-                  std::string(api) + ": left/right padding is not modelled by the shim");
+                  std::string(ins.api) + ": left/right padding is not modelled by the shim");
     }
     const uint32_t ub_block = AlignUp(params.blockLen, kBlockBytes) + params.dstStride * kBlockBytes;
     const uint64_t gm_block = uint64_t(params.blockLen) + params.srcStride;
     const uint64_t ub_bytes = uint64_t(ub_block) * (params.blockCount - 1) +
                               AlignUp(params.blockLen, kBlockBytes);
     const uint64_t gm_elems = (gm_block * (params.blockCount - 1) + params.blockLen) / sizeof(T);
-    uint8_t *d = reinterpret_cast<uint8_t *>(dst.Use(api, "dst", ub_bytes / sizeof(T), Unit::kMte));
-    CheckPosition(api, dst.rec_, TPosition::VECIN);
-    const uint8_t *s = reinterpret_cast<const uint8_t *>(src.Use(api, gm_elems, false));
+    uint8_t *d = reinterpret_cast<uint8_t *>(dst.Write(ins, "dst", ub_bytes / sizeof(T)));
+    CheckPosition(ins.api, dst.rec_);
+    const uint8_t *s = reinterpret_cast<const uint8_t *>(src.Use(ins.api, gm_elems, false));
     for (uint32_t b = 0; b < params.blockCount; ++b) {
         uint8_t *row = d + uint64_t(b) * ub_block;
         std::memcpy(row, s + b * gm_block, params.blockLen);
         const uint32_t tail = AlignUp(params.blockLen, kBlockBytes) - params.blockLen;
-        if (padParams.isPad) {
-            for (uint32_t k = 0; k < tail / sizeof(T); ++k) {
-                std::memcpy(row + params.blockLen + k * sizeof(T), &padParams.paddingValue, sizeof(T));
-            }
-        } else {
-            std::memset(row + params.blockLen, 0xFF, tail);
+        const uint8_t *fill = padParams.isPad ? reinterpret_cast<const uint8_t *>(&padParams.paddingValue) : row;
+        for (uint32_t k = 0; k < tail / sizeof(T); ++k) {
+            std::memcpy(row + params.blockLen + k * sizeof(T), fill, sizeof(T));
         }
     }
+    const uint64_t bytes = uint64_t(params.blockLen) * params.blockCount;
+    ins.Done(CopyCycles(bytes), bytes);
 }
 
 template <typename T>
 void DataCopyPad(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const DataCopyExtParams &params)
 {
     using namespace ta_shim;
-    const char *api = "DataCopyPad UB->GM";
+    const Instr ins("DataCopyPad UB->GM", Pipe::kMte3);
+    const char *api = ins.api;
+    if (params.blockCount == 0 || params.blockLen == 0) {
+        ins.Done(0);
+        return;
+    }
     CheckPadParams(api, params, sizeof(T));
     const uint32_t ub_block = AlignUp(params.blockLen, kBlockBytes) + params.srcStride * kBlockBytes;
     const uint64_t gm_block = uint64_t(params.blockLen) + params.dstStride;
     const uint64_t ub_bytes = uint64_t(ub_block) * (params.blockCount - 1) + params.blockLen;
     const uint64_t gm_elems = (gm_block * (params.blockCount - 1) + params.blockLen) / sizeof(T);
     const uint8_t *s =
-        reinterpret_cast<const uint8_t *>(src.Use(api, "src", AlignUp(ub_bytes, sizeof(T)) / sizeof(T), Unit::kMte));
-    CheckPosition(api, src.rec_, TPosition::VECOUT);
+        reinterpret_cast<const uint8_t *>(src.Read(ins, "src", AlignUp(ub_bytes, sizeof(T)) / sizeof(T)));
+    CheckPosition(api, src.rec_);
     uint8_t *d = reinterpret_cast<uint8_t *>(dst.Use(api, gm_elems, true));
     for (uint32_t b = 0; b < params.blockCount; ++b) {
         std::memcpy(d + b * gm_block, s + uint64_t(b) * ub_block, params.blockLen);
     }
+    const uint64_t bytes = uint64_t(params.blockLen) * params.blockCount;
+    ins.Done(CopyCycles(bytes), bytes);
 }
 
 } // namespace AscendC

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "cost.h"
 #include "launch.h"
 #include "state.h"
 
@@ -43,10 +44,49 @@ TA_SHIM_EXPORT void ta_shim_reset(void)
     ta_shim::Core().messages.clear();
 }
 
-// Unified Buffer bytes per simulated core (default 196608, the 910B's).
+// Unified Buffer bytes a simulated core's kernel may reserve (default
+// 188416: the 184 KiB TOTAL_VEC_LOCAL_SIZE of a 910B).
 TA_SHIM_EXPORT void ta_shim_set_ub_capacity(uint32_t bytes) { ta_shim::Core().ub_capacity = bytes; }
 
 TA_SHIM_EXPORT uint32_t ta_shim_ub_capacity(void) { return ta_shim::Core().ub_capacity; }
+
+// The cost model's figures for this thread's last launch: an estimate from
+// documented throughputs (ta_shim/cost.h), never a measurement. Pipes are
+// indexed S, V, MTE2, MTE3.
+struct ta_shim_cost {
+    uint32_t blocks;
+    uint32_t critical_block;
+    double critical_cycles;
+    double critical_busy[4];
+    double total_busy[4];
+    uint64_t critical_instructions[4];
+    uint64_t total_instructions[4];
+    uint64_t gm_bytes;
+};
+
+TA_SHIM_EXPORT void ta_shim_last_cost(struct ta_shim_cost *out)
+{
+    const ta_shim::LaunchCost &c = ta_shim::Core().last_launch;
+    out->blocks = c.blocks;
+    out->critical_block = c.critical_block;
+    out->critical_cycles = c.critical_cycles;
+    for (int p = 0; p < ta_shim::kPipes; ++p) {
+        out->critical_busy[p] = c.critical_busy[p];
+        out->total_busy[p] = c.total_busy[p];
+        out->critical_instructions[p] = c.critical_instructions[p];
+        out->total_instructions[p] = c.total_instructions[p];
+    }
+    out->gm_bytes = c.gm_bytes;
+}
+
+// The model's parameters for a 910B2: clock (Hz), vector cores, HBM
+// bandwidth (bytes/s).
+TA_SHIM_EXPORT void ta_shim_cost_params(double *clock_hz, uint32_t *cores, double *hbm_bytes_per_s)
+{
+    *clock_hz = ta_shim::kClockHz;
+    *cores = ta_shim::kVectorCores;
+    *hbm_bytes_per_s = ta_shim::kHbmBytesPerSecond;
+}
 
 } // extern "C"
 

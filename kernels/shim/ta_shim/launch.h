@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #endif
 
+#include "cost.h"
 #include "state.h"
 
 #if defined(__GNUC__)
@@ -75,10 +76,14 @@ uint32_t Launch(const char *kernel, uint32_t numBlocks, Body &&body)
         return kParamInvalidCode;
     }
     c.accesses.clear();
+    c.last_launch = LaunchCost();
     for (uint32_t b = 0; b < numBlocks; ++b) {
         c.block_idx = b;
         c.block_num = numBlocks;
         c.flags.clear();
+        // Every block is a core of its own, sharing HBM with the others.
+        c.tl = Timeline();
+        c.tl.gm_bytes_per_cycle = GmBytesPerCycle(numBlocks);
         c.in_kernel = true;
         bool stopped = false;
         try {
@@ -88,6 +93,7 @@ uint32_t Launch(const char *kernel, uint32_t numBlocks, Body &&body)
             stopped = true;
         }
         c.in_kernel = false;
+        c.last_launch.Add(b, c.tl);
         if (stopped) {
             // An AI Core exception ends the whole kernel.
             c.accesses.clear();

@@ -3,6 +3,12 @@
 // Queues enforce the AscendC discipline AllocTensor -> EnQue -> DeQue ->
 // FreeTensor on each of their buffers; anything else is a fatal violation,
 // because on the device it either waits forever or races with a copy.
+// Each step is also a handshake between the queue's producer and consumer
+// pipes (VECIN: MTE2 fills, the vector unit consumes; VECOUT: the vector
+// unit fills, MTE3 consumes): EnQue/DeQue orders the producer's work before
+// the consumer, FreeTensor/AllocTensor the consumer's before the producer
+// refills the buffer. Every queue operation, flag and barrier is one scalar
+// instruction.
 #ifndef TA_SHIM_PIPE_H
 #define TA_SHIM_PIPE_H
 
@@ -11,8 +17,10 @@
 #include <deque>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "buffer.h"
 #include "state.h"
 #include "tensor.h"
 
@@ -56,6 +64,34 @@ namespace ta_shim {
 
 inline thread_local AscendC::TPipe *tls_pipe = nullptr;
 
+// Producer and consumer pipes of a queue position.
+inline Pipe Producer(AscendC::TPosition pos) { return pos == AscendC::TPosition::VECIN ? Pipe::kMte2 : Pipe::kV; }
+inline Pipe Consumer(AscendC::TPosition pos) { return pos == AscendC::TPosition::VECIN ? Pipe::kV : Pipe::kMte3; }
+
+// Source and destination pipes of a hardware event.
+inline std::pair<Pipe, Pipe> EventPipes(AscendC::HardEvent e)
+{
+    using AscendC::HardEvent;
+    switch (e) {
+    case HardEvent::MTE2_V: return {Pipe::kMte2, Pipe::kV};
+    case HardEvent::V_MTE2: return {Pipe::kV, Pipe::kMte2};
+    case HardEvent::V_MTE3: return {Pipe::kV, Pipe::kMte3};
+    case HardEvent::MTE3_V: return {Pipe::kMte3, Pipe::kV};
+    case HardEvent::MTE2_S: return {Pipe::kMte2, Pipe::kS};
+    case HardEvent::S_MTE2: return {Pipe::kS, Pipe::kMte2};
+    case HardEvent::MTE3_S: return {Pipe::kMte3, Pipe::kS};
+    case HardEvent::S_MTE3: return {Pipe::kS, Pipe::kMte3};
+    case HardEvent::S_V: return {Pipe::kS, Pipe::kV};
+    case HardEvent::V_S: return {Pipe::kV, Pipe::kS};
+    case HardEvent::MTE2_MTE3: return {Pipe::kMte2, Pipe::kMte3};
+    case HardEvent::MTE3_MTE2: return {Pipe::kMte3, Pipe::kMte2};
+    }
+    return {Pipe::kS, Pipe::kS};
+}
+
+// One scalar instruction (a flag, barrier or queue operation).
+inline void ScalarStep(const char *api) { Instr(api, Pipe::kS).Done(1); }
+
 inline std::string EventName(AscendC::HardEvent e)
 {
     static const char *const names[] = {"MTE2_V", "V_MTE2", "V_MTE3", "MTE3_V", "MTE2_S", "S_MTE2",
@@ -80,9 +116,16 @@ public:
     {
         using namespace ta_shim;
         CheckInit("AllocTensor");
-        for (BufferRec *b : bufs_) {
+        ScalarStep("AllocTensor");
+        // Round robin from a cursor, as AscendC's TQueBind::AllocTensor
+        // (asc-devkit impl/basic_api/kernel_tquebind_impl.h): double
+        // buffering alternates buffers even when the older one is free.
+        for (size_t k = 0; k < bufs_.size(); ++k) {
+            BufferRec *b = bufs_[cursor_];
+            cursor_ = (cursor_ + 1) % bufs_.size();
             if (b->state == BufState::kFree) {
                 b->state = BufState::kAllocated;
+                Core().tl.Receive(Producer(pos), b->freed);
                 return Whole<T>(b);
             }
         }
@@ -97,6 +140,7 @@ public:
     {
         using namespace ta_shim;
         CheckInit("EnQue");
+        ScalarStep("EnQue");
         BufferRec *b = Own("EnQue", tensor.rec_);
         if (b->state != BufState::kAllocated) {
             Violation(Severity::kFatal, "queue",
@@ -109,6 +153,7 @@ public:
                           std::to_string(depth) + " tensors");
         }
         b->state = BufState::kQueued;
+        b->enqueued = Core().tl.Snapshot(Producer(pos));
         fifo_.push_back(b);
         return true;
     }
@@ -118,6 +163,7 @@ public:
     {
         using namespace ta_shim;
         CheckInit("DeQue");
+        ScalarStep("DeQue");
         if (fifo_.empty()) {
             Violation(Severity::kFatal, "queue",
                       "DeQue on " + name_ + ": the queue is empty (a core would wait forever)");
@@ -125,6 +171,7 @@ public:
         BufferRec *b = fifo_.front();
         fifo_.pop_front();
         b->state = BufState::kDequeued;
+        Core().tl.Receive(Consumer(pos), b->enqueued);
         return Whole<T>(b);
     }
 
@@ -133,17 +180,20 @@ public:
     {
         using namespace ta_shim;
         CheckInit("FreeTensor");
+        ScalarStep("FreeTensor");
         BufferRec *b = Own("FreeTensor", tensor.rec_);
         if (b->state != BufState::kAllocated && b->state != BufState::kDequeued) {
             Violation(Severity::kFatal, "queue",
                       "FreeTensor on " + name_ + ": " + b->name + " is " + StateName(b->state));
         }
         b->state = BufState::kFree;
+        b->freed = Core().tl.Snapshot(Consumer(pos));
     }
 
     // Shim internals, set by TPipe::InitBuffer.
     std::vector<ta_shim::BufferRec *> bufs_;
     std::deque<ta_shim::BufferRec *> fifo_;
+    size_t cursor_ = 0;
     std::string name_ = "an uninitialised TQue";
 
 private:
@@ -325,35 +375,51 @@ inline TPipe *GetTPipePtr() { return ta_shim::tls_pipe; }
 template <HardEvent evt>
 void SetFlag(int32_t eventID)
 {
-    ta_shim::Core().flags.push_back((static_cast<uint32_t>(evt) << 8) | (eventID & 0xFF));
+    ta_shim::ScalarStep("SetFlag");
+    ta_shim::CoreState &c = ta_shim::Core();
+    const uint32_t key = (static_cast<uint32_t>(evt) << 8) | (eventID & 0xFF);
+    c.flags.emplace_back(key, c.tl.Snapshot(ta_shim::EventPipes(evt).first));
 }
 
 template <HardEvent evt>
 void WaitFlag(int32_t eventID)
 {
+    ta_shim::ScalarStep("WaitFlag");
     ta_shim::CoreState &c = ta_shim::Core();
     const uint32_t key = (static_cast<uint32_t>(evt) << 8) | (eventID & 0xFF);
-    auto it = std::find(c.flags.begin(), c.flags.end(), key);
+    auto it = std::find_if(c.flags.begin(), c.flags.end(), [&](const auto &f) { return f.first == key; });
     if (it == c.flags.end()) {
         ta_shim::Violation(ta_shim::Severity::kFatal, "sync",
                            "WaitFlag<HardEvent::" + ta_shim::EventName(evt) + ">(" +
                                std::to_string(eventID) +
                                ") with no matching SetFlag (a core would wait forever)");
     }
+    const ta_shim::SyncToken token = it->second;
     c.flags.erase(it);
-    if (evt == HardEvent::S_V) {
-        c.sv_epoch += 1;
-    } else if (evt == HardEvent::V_S) {
-        c.vs_epoch += 1;
-    }
+    c.tl.Receive(ta_shim::EventPipes(evt).second, token);
 }
 
+// PIPE_V: later vector instructions see everything earlier ones read and
+// wrote. PIPE_ALL: every pipe waits for every other. Barriers on the
+// scalar and MTE pipes order nothing more than their in-order execution.
 template <pipe_t pipe>
 void PipeBarrier()
 {
-    if (pipe == PIPE_ALL) {
-        ta_shim::Core().sv_epoch += 1;
-        ta_shim::Core().vs_epoch += 1;
+    using ta_shim::Pipe;
+    ta_shim::ScalarStep("PipeBarrier");
+    ta_shim::Timeline &tl = ta_shim::Core().tl;
+    if (pipe == PIPE_V) {
+        tl.Receive(Pipe::kV, tl.Snapshot(Pipe::kV));
+    } else if (pipe == PIPE_ALL) {
+        ta_shim::SyncToken all;
+        for (int p = 0; p < ta_shim::kPipes; ++p) {
+            const ta_shim::SyncToken t = tl.Snapshot(static_cast<Pipe>(p));
+            all.clock.Join(t.clock);
+            all.time = std::max(all.time, t.time);
+        }
+        for (int p = 0; p < ta_shim::kPipes; ++p) {
+            tl.Receive(static_cast<Pipe>(p), all);
+        }
     }
 }
 

@@ -12,12 +12,20 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "cost.h"
+#include "timeline.h"
 
 namespace ta_shim {
 
-// Unified Buffer of an Atlas A2 (910B) AI Core vector unit.
-constexpr uint32_t kDefaultUbBytes = 192 * 1024;
+// Unified Buffer of an Atlas A2 (910B, arch 2201) vector core that kernels
+// may reserve: 184 KiB of its 192 KiB (asc-devkit
+// impl/basic_api/utils/kernel_utils_constants.h, TOTAL_VEC_LOCAL_SIZE; the
+// other 8 KiB are the scratch Select modes 1 and 2 use, per the Select page
+// of docs/zh/api).
+constexpr uint32_t kDefaultUbBytes = 184 * 1024;
 // UB operands start on 32-byte boundaries; DataCopy moves 32-byte blocks.
 constexpr uint32_t kBlockBytes = 32;
 // One vector repeat reads 256 bytes; Compare counts must cover whole repeats.
@@ -51,14 +59,15 @@ struct CoreState {
     // The simulated UB of the running core (each block gets it fresh).
     std::unique_ptr<uint8_t[], void (*)(void *)> ub{nullptr, std::free};
     uint32_t ub_allocated = 0;
-    // Synchronisation epochs: a WaitFlag<S_V> / WaitFlag<V_S> starts a new one.
-    uint64_t sv_epoch = 1;
-    uint64_t vs_epoch = 1;
-    // Flags set and not yet waited for, as (event << 8 | id).
-    std::vector<uint32_t> flags;
+    // The running block's pipes: sync state and cycle counts.
+    Timeline tl;
+    // Flags set and not yet waited for: (event << 8 | id) and what they carry.
+    std::vector<std::pair<uint32_t, SyncToken>> flags;
     std::vector<GmAccess> accesses;
     uint64_t violations = 0;
     std::vector<std::string> messages;
+    // The cost model's figures for the last launch on this thread.
+    LaunchCost last_launch;
 };
 
 inline thread_local CoreState tls_core;

@@ -5,13 +5,11 @@
 #include <cstdint>
 #include <string>
 
+#include "buffer.h"
 #include "state.h"
 #include "types.h"
 
 namespace AscendC {
-
-enum class TPosition : uint8_t { GM, VECIN, VECOUT, VECCALC };
-using QuePosition = TPosition;
 
 template <typename T, typename U>
 struct IsSameType {
@@ -29,40 +27,44 @@ inline int64_t GetBlockNum() { return ta_shim::Core().block_num; }
 
 namespace ta_shim {
 
-enum class BufState : uint8_t {
-    kFree,      // queue buffer not handed out
-    kAllocated, // AllocTensor'd, not yet EnQue'd
-    kQueued,    // EnQue'd, waiting for DeQue
-    kDequeued,  // DeQue'd, waiting for FreeTensor
-    kScratch,   // TBuf memory: always usable
-};
+// One instruction being executed: its pipe, its sequence number and the
+// UB bytes it touches (recorded for the sync rule when it completes) and,
+// once done, its cycles.
+struct Instr {
+    struct Touch {
+        BufferRec *rec;
+        uint32_t lo;
+        uint32_t hi;
+        bool write;
+    };
+    static constexpr int kMaxTouches = 8;
 
-// One buffer carved out of the UB by TPipe::InitBuffer.
-struct BufferRec {
-    uint32_t offset = 0; // from the UB start
-    uint32_t bytes = 0;
-    AscendC::TPosition pos = AscendC::TPosition::VECCALC;
-    BufState state = BufState::kScratch;
-    const void *owner = nullptr; // the TQue or TBuf
-    std::string name;
-    // Synchronisation epochs of the last scalar write and vector use.
-    uint64_t scalar_epoch = 0;
-    uint64_t vector_epoch = 0;
-};
+    const char *api;
+    Pipe pipe;
+    uint64_t seq;
+    mutable Touch touches[kMaxTouches];
+    mutable int count = 0;
 
-inline const char *StateName(BufState s)
-{
-    switch (s) {
-    case BufState::kFree: return "free (FreeTensor'd or never allocated)";
-    case BufState::kAllocated: return "allocated";
-    case BufState::kQueued: return "in its queue (EnQue'd, not DeQue'd)";
-    case BufState::kDequeued: return "dequeued";
-    case BufState::kScratch: return "scratch";
+    Instr(const char *name, Pipe p) : api(name), pipe(p), seq(Core().tl.Begin(p)) {}
+
+    void Touched(BufferRec *rec, uint32_t lo, uint32_t hi, bool write) const
+    {
+        if (count == kMaxTouches) {
+            Violation(Severity::kFatal, "unsupported", std::string(api) + ": too many operands for the shim");
+        }
+        touches[count++] = {rec, lo, hi, write};
     }
-    return "?";
-}
 
-enum class Unit : uint8_t { kScalar, kVector, kMte };
+    // Records the bytes touched and charges `cycles` of work on the pipe
+    // (`gm_bytes` of them on the core's global-memory link).
+    void Done(double cycles, uint64_t gm_bytes = 0) const
+    {
+        for (int i = 0; i < count; ++i) {
+            RecordBytes(touches[i].rec, touches[i].lo, touches[i].hi, pipe, seq, touches[i].write);
+        }
+        Core().tl.Finish(pipe, cycles, gm_bytes);
+    }
+};
 
 } // namespace ta_shim
 
@@ -108,11 +110,12 @@ public:
     uint32_t byte_offset_ = 0;
     uint32_t size_ = 0;
 
-    // Checks that `count` elements from the tensor start may be used by
-    // `unit` inside `api`, and returns them.
-    T *Use(const char *api, const char *role, uint64_t count, ta_shim::Unit unit) const
+    // Checks that `count` elements from the tensor start may be read (or
+    // written) by instruction `ins`, records the access, and returns them.
+    T *Use(const ta_shim::Instr &ins, const char *role, uint64_t count, bool write) const
     {
         using namespace ta_shim;
+        const char *api = ins.api;
         if (rec_ == nullptr) {
             Violation(Severity::kFatal, "queue", std::string(api) + ": " + role +
                                                      " is a LocalTensor that was never allocated");
@@ -124,7 +127,7 @@ public:
                           StateName(rec_->state));
         }
         const uint32_t address = rec_->offset + byte_offset_;
-        if (unit != Unit::kScalar && address % kBlockBytes != 0) {
+        if (ins.pipe != Pipe::kS && address % kBlockBytes != 0) {
             Violation(Severity::kFatal, "ub-alignment",
                       std::string(api) + ": " + role + " starts at UB byte " +
                           std::to_string(address) + " (" + rec_->name + " + " +
@@ -138,38 +141,34 @@ public:
                           rec_->name + ", which has " + std::to_string(rec_->bytes));
         }
         CoreState &c = Core();
-        if (unit == Unit::kVector) {
-            if (rec_->scalar_epoch == c.sv_epoch) {
-                Violation(Severity::kRecorded, "sync",
-                          std::string(api) + ": " + role + " (" + rec_->name +
-                              ") was written by the scalar unit (SetValue) with no "
-                              "SetFlag/WaitFlag<HardEvent::S_V> since");
-            }
-            rec_->vector_epoch = c.vs_epoch;
-        } else if (unit == Unit::kScalar) {
-            if (rec_->vector_epoch == c.vs_epoch) {
-                Violation(Severity::kRecorded, "sync",
-                          std::string(api) + ": " + role + " (" + rec_->name +
-                              ") is used by vector instructions with no "
-                              "SetFlag/WaitFlag<HardEvent::V_S> since");
-            }
-        }
+        CheckBytes(c.tl, rec_, byte_offset_, static_cast<uint32_t>(end), ins.pipe, write, api, role);
+        ins.Touched(rec_, byte_offset_, static_cast<uint32_t>(end), write);
         return reinterpret_cast<T *>(c.ub.get() + address);
     }
 
+    const T *Read(const ta_shim::Instr &ins, const char *role, uint64_t count) const
+    {
+        return Use(ins, role, count, false);
+    }
+
+    T *Write(const ta_shim::Instr &ins, const char *role, uint64_t count) const
+    {
+        return Use(ins, role, count, true);
+    }
+
 private:
+    // One scalar load or store: one scalar instruction.
     T *Element(const char *api, uint32_t index, bool write) const
     {
         using namespace ta_shim;
+        Instr ins(api, Pipe::kS);
         if (index >= size_) {
             Violation(Severity::kFatal, "ub-bounds",
                       std::string(api) + "(" + std::to_string(index) + ") on a tensor of " +
                           std::to_string(size_) + " elements");
         }
-        T *p = (*this)[index].Use(api, "the element", 1, Unit::kScalar);
-        if (write) {
-            rec_->scalar_epoch = Core().sv_epoch;
-        }
+        T *p = (*this)[index].Use(ins, "the element", 1, write);
+        ins.Done(1);
         return p;
     }
 };

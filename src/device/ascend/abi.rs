@@ -210,11 +210,16 @@ pub fn ub_footprint(kernel: &Kernel, dtype: DType, tile_length: u32) -> Result<u
     let mask = (t / 8).div_ceil(32) * 32;
     // Half types get float copies of their operands.
     let widened = |operands: u64| if elem == 4 { 0 } else { operands * f32_tile };
+    // The vector Philox generator (kernels/ascend/ta_philox.h): 19 lane
+    // arrays of 9 sub-arrays of one lane per 32 elements (whole 32-byte
+    // blocks), the tile's bit mask, 20 round keys one sub-array wide.
+    let lanes = (t / 32).div_ceil(8) * 8;
+    let philox = 19 * 9 * lanes * 4 + lanes * 4 + 20 * lanes * 4;
     let bytes = match kernel {
-        // out queue, 24-bit stream values, their floats, ones, mask
-        Kernel::Bernoulli { .. } => 2 * tile + 3 * f32_tile + mask,
-        // in and out queues, stream values, floats, mask, widened x
-        Kernel::Dropout { .. } => 4 * tile + 2 * f32_tile + mask + widened(1),
+        // out queue, ones, Philox
+        Kernel::Bernoulli { .. } => 3 * tile + philox,
+        // in and out queues, Philox, widened x
+        Kernel::Dropout { .. } => 4 * tile + philox + widened(1),
         // x, mask and out queues, mask bits, widened x and mask
         Kernel::ApplyMask { .. } => 6 * tile + mask + widened(2),
         // x, y and out queues, widened x and y
