@@ -39,6 +39,8 @@ impl ArenaOptions {
 
     /// Checked mode when the environment variable `TENSOR_ARENA_CHECKED`
     /// is set to `1`, so a run can be checked without changing code.
+    /// [`Arena::new`](crate::Arena::new) reads it; `Arena::with_options`
+    /// takes the options it is given.
     pub fn from_env() -> ArenaOptions {
         ArenaOptions {
             checked: std::env::var("TENSOR_ARENA_CHECKED").is_ok_and(|v| v == "1"),
@@ -108,12 +110,14 @@ impl<D: Device> Arena<D> {
     }
 
     /// Poisons the buffers whose lifetime ends when the step goes from
-    /// phase `from` to `to` (`to == None`: the step ends).
+    /// phase `from` to `to` (`to == None`: the step ends, and with it every
+    /// step-scoped buffer of its mode).
     pub(crate) fn poison_ended(&self, from: usize, to: Option<usize>) {
+        let mode = self.book.mode.get();
         for slot in self.book.slots.iter() {
             let ended = match (slot.kind, to) {
                 (LifetimeKind::Persistent, _) => false,
-                (_, None) => true,
+                (_, None) => slot.mode == mode,
                 (LifetimeKind::Step, Some(_)) => false,
                 (LifetimeKind::Phases, Some(to)) => slot.last >= from && slot.last < to,
             };

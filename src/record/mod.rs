@@ -60,7 +60,8 @@ mod toml_file;
 
 pub use lease::SiteLease;
 pub use recorder::{Persistent, RecordStats, Recorder};
-pub use specs::{Declared, SpecEntry, SpecLifetime, SpecSet};
+pub use step::Recorded;
+pub use specs::{Declared, SpecEntry, SpecLifetime, SpecMode, SpecSet};
 pub use step::RecordStep;
 pub use toml_file::SPEC_FILE_VERSION;
 
