@@ -249,7 +249,9 @@ pub enum Error {
     },
 
     /// A buffer asked for by name that the step's mode does not have.
-    #[error("no buffer named '{name}' in mode '{mode}' of this plan (sizes {shape:?} were asked for)")]
+    #[error(
+        "no buffer named '{name}' in mode '{mode}' of this plan (sizes {shape:?} were asked for)"
+    )]
     NoSuchBuffer {
         /// The name asked for.
         name: String,

@@ -225,11 +225,7 @@ pub(crate) fn check_dims(buffer: &str, shape: &[usize], padded: &[usize]) -> Res
     let bad = if shape.len() != padded.len() {
         Some(None)
     } else {
-        shape
-            .iter()
-            .zip(padded)
-            .position(|(s, p)| s > p)
-            .map(Some)
+        shape.iter().zip(padded).position(|(s, p)| s > p).map(Some)
     };
     match bad {
         None => Ok(()),
@@ -382,15 +378,24 @@ mod tests {
     fn one_rule_for_every_view() {
         let padded = [4, 16];
         // Element count: any shape whose count fits.
-        assert_eq!(check_view("x", &[2, 32], 64, &padded, ShapeRule::Elements).unwrap(), 64);
-        assert_eq!(check_view("x", &[64], 64, &padded, ShapeRule::Elements).unwrap(), 64);
+        assert_eq!(
+            check_view("x", &[2, 32], 64, &padded, ShapeRule::Elements).unwrap(),
+            64
+        );
+        assert_eq!(
+            check_view("x", &[64], 64, &padded, ShapeRule::Elements).unwrap(),
+            64
+        );
         let e = check_view("x", &[5, 16], 64, &padded, ShapeRule::Elements).unwrap_err();
         assert!(matches!(e, Error::ViewTooLarge { elements: 80, .. }), "{e}");
         assert!(e.to_string().contains("element-count rule"), "{e}");
         // Per dimension, opted in: rank and every dimension.
         check_view("x", &[4, 3], 64, &padded, ShapeRule::Dims).unwrap();
         let e = check_view("x", &[2, 32], 64, &padded, ShapeRule::Dims).unwrap_err();
-        assert!(matches!(e, Error::ViewExceedsDims { dim: Some(1), .. }), "{e}");
+        assert!(
+            matches!(e, Error::ViewExceedsDims { dim: Some(1), .. }),
+            "{e}"
+        );
         let e = check_view("x", &[64], 64, &padded, ShapeRule::Dims).unwrap_err();
         assert!(matches!(e, Error::ViewExceedsDims { dim: None, .. }), "{e}");
         assert!(e.to_string().contains("number of dimensions"), "{e}");

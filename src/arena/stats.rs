@@ -97,11 +97,7 @@ impl ArenaStats {
             self.released_bytes,
         ];
         bytes_row(&mut out, "Allocated memory", allocated);
-        bytes_row(
-            &mut out,
-            "  persistent buffers",
-            [p, p, p, 0],
-        );
+        bytes_row(&mut out, "  persistent buffers", [p, p, p, 0]);
         bytes_row(
             &mut out,
             "  leased step buffers",
@@ -163,12 +159,32 @@ impl ArenaStats {
         } else {
             footer.push(format!("slab {plan} (the plan), reserved as is"));
         }
-        for line in footer {
-            let _ = writeln!(out, "| {:<w$}|", line, w = WIDTH - 1);
+        for text in &footer {
+            for line in wrap(text, WIDTH - 2) {
+                let _ = writeln!(out, "| {:<w$}|", line, w = WIDTH - 1);
+            }
         }
         out += &rule('=');
         out
     }
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split(' ') {
+        let last = lines.last_mut().map_or(0, |l| l.chars().count());
+        if last > 0 && last + 1 + word.chars().count() > width {
+            lines.push(String::new());
+        }
+        if let Some(l) = lines.last_mut() {
+            if !l.is_empty() {
+                l.push(' ');
+            }
+            l.push_str(word);
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -218,8 +234,14 @@ mod tests {
         assert!(!text.contains("Allocations") && !text.contains("Active allocs"));
         assert!(text.contains("3.0 MiB") && text.contains("device: host"));
         // Allocated: 1 MiB persistent + 1 MiB leased now, 4 MiB at the peak.
-        let allocated = text.lines().find(|l| l.contains("Allocated memory")).unwrap();
-        assert!(allocated.contains("2.0 MiB") && allocated.contains("4.0 MiB"), "{allocated}");
+        let allocated = text
+            .lines()
+            .find(|l| l.contains("Allocated memory"))
+            .unwrap();
+        assert!(
+            allocated.contains("2.0 MiB") && allocated.contains("4.0 MiB"),
+            "{allocated}"
+        );
         assert!(
             text.contains("reserved 4.0 MiB: whole 2 MiB pages"),
             "{text}"

@@ -140,7 +140,8 @@ impl<'a, D: Device> Step<'a, D> {
         let plan = &self.arena.plan;
         let book = &self.arena.book;
         let mode = plan.modes().get(usize::from(phase.mode));
-        let Some(mode) = mode.filter(|m| phase.planner == plan.id && phase.index() < m.phases().len())
+        let Some(mode) =
+            mode.filter(|m| phase.planner == plan.id && phase.index() < m.phases().len())
         else {
             return Err(Error::ForeignPhase {
                 index: phase.index(),

@@ -65,7 +65,9 @@ impl HostDevice {
             let xs = std::slice::from_raw_parts_mut(base.add(x.offset).cast::<T>(), n);
             let operand = match other {
                 None => Operand::None,
-                Some(o) if masked => Operand::Mask(std::slice::from_raw_parts(base.add(o.offset), n)),
+                Some(o) if masked => {
+                    Operand::Mask(std::slice::from_raw_parts(base.add(o.offset), n))
+                }
                 Some(o) => Operand::Same(std::slice::from_raw_parts(
                     base.add(o.offset).cast::<T>(),
                     n,
@@ -73,7 +75,9 @@ impl HostDevice {
             };
             (xs, operand)
         };
-        self.in_parts(xs, |xc, pos| run(kernel, xc, part_of(operand, pos, xc.len()), pos));
+        self.in_parts(xs, |xc, pos| {
+            run(kernel, xc, part_of(operand, pos, xc.len()), pos)
+        });
         Ok(())
     }
 

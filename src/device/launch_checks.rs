@@ -149,16 +149,32 @@ mod tests {
             offset: 0,
             len: 100,
         };
-        assert_eq!(check_launch("d", 1024, &bern, DType::U8, bytes, None).unwrap(), None);
+        assert_eq!(
+            check_launch("d", 1024, &bern, DType::U8, bytes, None).unwrap(),
+            None
+        );
         // Only bernoulli writes u8; the others refuse it.
-        assert!(check_launch("d", 1024, &Kernel::MulScalar { s: 1.0 }, DType::U8, bytes, None).is_err());
+        assert!(
+            check_launch(
+                "d",
+                1024,
+                &Kernel::MulScalar { s: 1.0 },
+                DType::U8,
+                bytes,
+                None
+            )
+            .is_err()
+        );
         let k = Kernel::ApplyMaskU8 { scale: 2.0 };
         let mask = Region {
             offset: 512,
             len: 64,
         };
         // 256 bytes of f32 are 64 elements: a 64-byte mask.
-        assert_eq!(check_launch("d", 1024, &k, DType::F32, X, Some(mask)).unwrap(), Some(mask));
+        assert_eq!(
+            check_launch("d", 1024, &k, DType::F32, X, Some(mask)).unwrap(),
+            Some(mask)
+        );
         let mask_f16 = Region {
             offset: 512,
             len: 128,

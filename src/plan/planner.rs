@@ -450,10 +450,7 @@ impl Planner {
     fn mode_of(&self, spec: &BufferSpec) -> Result<Option<u16>> {
         match spec.lifetime {
             Lifetime::Persistent => Ok(None),
-            Lifetime::Step => spec
-                .mode
-                .map_or(Ok(0), |m| self.mode_index(m))
-                .map(Some),
+            Lifetime::Step => spec.mode.map_or(Ok(0), |m| self.mode_index(m)).map(Some),
             Lifetime::Phases { first, last } => {
                 self.check_span(spec, first, last)?;
                 if let Some(m) = spec.mode {
@@ -590,7 +587,10 @@ mod tests {
         let train = p.mode("train").unwrap();
         let eval = p.mode("eval").unwrap();
         assert!(matches!(p.mode("eval"), Err(Error::DuplicateName { .. })));
-        assert!(matches!(p.mode(DEFAULT_MODE), Err(Error::DuplicateName { .. })));
+        assert!(matches!(
+            p.mode(DEFAULT_MODE),
+            Err(Error::DuplicateName { .. })
+        ));
         let f1 = p.phase_in(train, "forward").unwrap();
         let f2 = p.phase_in(eval, "forward").unwrap();
         assert_eq!((f1.index(), f2.index()), (0, 0));

@@ -203,7 +203,11 @@ impl fmt::Display for Plan {
                 }
                 row.push(b.lifetime.clone());
                 if with_rules {
-                    row.push(b.shape_rule.clone().unwrap_or_else(|| "elements".to_owned()));
+                    row.push(
+                        b.shape_rule
+                            .clone()
+                            .unwrap_or_else(|| "elements".to_owned()),
+                    );
                 }
                 if recorded > 0 {
                     row.push(origin_label(b.recorded_steps));

@@ -10,9 +10,7 @@ use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ops::RngState;
-use crate::plan::{
-    Buffer, BufferId, Mode, Phase, Plan, Planner, PlannerConfig, next_owner_id,
-};
+use crate::plan::{Buffer, BufferId, Mode, Phase, Plan, Planner, PlannerConfig, next_owner_id};
 use crate::shape::ShapeRule;
 
 /// A typed, `Copy` handle to a persistent buffer declared on a
@@ -193,7 +191,10 @@ impl<D: Device> Recorder<D> {
             return Err(Error::EmptyName);
         }
         let table = self.shared.table.get_mut();
-        if self.shared.modes[usize::from(m)].phases.iter().any(|p| p == name)
+        if self.shared.modes[usize::from(m)]
+            .phases
+            .iter()
+            .any(|p| p == name)
             || table.find(m, name).is_some()
             || table.find_persistent(name).is_some()
         {
@@ -260,7 +261,13 @@ impl<D: Device> Recorder<D> {
         if name.is_empty() {
             return Err(Error::EmptyName);
         }
-        if table.any_temp(name) || self.shared.modes.iter().any(|m| m.phases.iter().any(|p| p == name)) {
+        if table.any_temp(name)
+            || self
+                .shared
+                .modes
+                .iter()
+                .any(|m| m.phases.iter().any(|p| p == name))
+        {
             return Err(Error::DuplicateName {
                 name: name.to_owned(),
             });
@@ -690,7 +697,12 @@ impl<D: Device> Recorder<D> {
         Ok(())
     }
 
-    fn copy_exact<T: Element>(&self, op: &'static str, buffer: Buffer<T>, len: usize) -> Result<()> {
+    fn copy_exact<T: Element>(
+        &self,
+        op: &'static str,
+        buffer: Buffer<T>,
+        len: usize,
+    ) -> Result<()> {
         let index = self.check_handle(buffer)?;
         let table = self.shared.table.borrow();
         let site = &table.sites[index];

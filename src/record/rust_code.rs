@@ -30,12 +30,8 @@ impl SpecSet {
     /// use tensor_arena::record::{SpecEntry, SpecLifetime, SpecSet};
     /// use tensor_arena::DType;
     /// let set = SpecSet::new(vec!["forward".into()], vec![SpecEntry {
-    ///     name: "w1.grad".into(),
-    ///     dtype: DType::F32,
-    ///     shape: vec![8, 3],
     ///     lifetime: SpecLifetime::Persistent,
-    ///     rounding: None,
-    ///     recorded_steps: None,
+    ///     ..SpecEntry::new("w1.grad", DType::F32, &[8, 3])
     /// }])?;
     /// assert!(set.to_rust().contains(
     ///     r#"let w1_grad = planner.persistent::<f32>("w1.grad", &[8, 3])?;"#
@@ -131,7 +127,8 @@ impl SpecSet {
                         let _ = write!(spec, "\n        .mode({m})");
                     }
                     if b.shape_rule == ShapeRule::Dims {
-                        let _ = write!(spec, "\n        .shape_rule(tensor_arena::ShapeRule::Dims)");
+                        let _ =
+                            write!(spec, "\n        .shape_rule(tensor_arena::ShapeRule::Dims)");
                     }
                     if let Some(r) = b.rounding {
                         let _ = write!(spec, "\n        .rounding(tensor_arena::Rounding::{r:?})");

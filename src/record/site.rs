@@ -245,7 +245,8 @@ mod tests {
     fn the_indexes_find_sites_by_mode_and_name() {
         let mut t = Table::default();
         t.insert(Site::temp("a", 1, DType::F32)).unwrap();
-        t.insert(Site::persistent("b", DType::U8, &[2], 16)).unwrap();
+        t.insert(Site::persistent("b", DType::U8, &[2], 16))
+            .unwrap();
         t.insert(Site::temp("a", 2, DType::F32)).unwrap();
         assert_eq!(t.find(1, "a"), Some(0));
         assert_eq!(t.find(2, "a"), Some(2));

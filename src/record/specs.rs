@@ -398,23 +398,27 @@ impl std::fmt::Display for SpecSet {
         } else {
             self.phases.join(" -> ")
         };
-        let modes: Vec<String> = self
-            .modes
-            .iter()
-            .map(|m| {
-                let p = if m.phases.is_empty() {
-                    "no phases".to_owned()
-                } else {
-                    m.phases.join(" -> ")
-                };
-                format!("; mode {}: {p}", m.name)
-            })
-            .collect();
+        let timeline = if self.modes.is_empty() {
+            format!("phases: {phases}")
+        } else {
+            let arrows = |p: &[String]| match p.is_empty() {
+                true => "no phases".to_owned(),
+                false => p.join(" -> "),
+            };
+            let mut modes: Vec<String> = self
+                .modes
+                .iter()
+                .map(|m| format!("{} ({})", m.name, arrows(&m.phases)))
+                .collect();
+            if !self.phases.is_empty() {
+                modes.insert(0, format!("default ({phases})"));
+            }
+            format!("modes: {}", modes.join(", "))
+        };
         writeln!(
             f,
-            "specs: {} buffers, {learned} learned by recording; phases: {phases}{}",
+            "specs: {} buffers, {learned} learned by recording; {timeline}",
             self.buffers.len(),
-            modes.concat()
         )?;
         let header = ["buffer", "dtype", "shape", "lifetime", "origin"];
         let rows: Vec<[String; 5]> = self
@@ -685,7 +689,7 @@ mod tests {
         let plan = p.plan().unwrap();
         assert_eq!(plan.modes().len(), 2);
         let text = set.to_string();
-        assert!(text.contains("; mode eval: f"), "{text}");
+        assert!(text.contains("modes: default (f -> b), eval (f)"), "{text}");
         assert!(text.contains("eval: f"), "{text}");
         for (buffers, needle) in [
             (vec![in_eval("x"), in_eval("x")], "used twice"),
@@ -703,7 +707,10 @@ mod tests {
                 }],
                 "belongs to every mode",
             ),
-            (vec![entry("w", SpecLifetime::Persistent), in_eval("w")], "used twice"),
+            (
+                vec![entry("w", SpecLifetime::Persistent), in_eval("w")],
+                "used twice",
+            ),
             (
                 vec![SpecEntry {
                     mode: Some("eval".to_owned()),

@@ -28,8 +28,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::specs::{SpecEntry, SpecLifetime, SpecSet};
 use super::specs::SpecMode;
+use super::specs::{SpecEntry, SpecLifetime, SpecSet};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::{Rounding, ShapeRule};
@@ -268,7 +268,10 @@ fn parse(text: &str, source: &str) -> Result<SpecSet> {
         };
         let v2 = |key: &str, offset: usize| {
             if version == 1 {
-                Err(at(offset, format!("`{key}` needs version 2 (this file says version 1)")))
+                Err(at(
+                    offset,
+                    format!("`{key}` needs version 2 (this file says version 1)"),
+                ))
             } else {
                 Ok(())
             }
@@ -405,7 +408,10 @@ mod tests {
         let v3 = v1.replace("version = 1", "version = 3");
         let e = SpecSet::from_toml(&v3).unwrap_err().to_string();
         assert!(e.contains("versions 1 to 2"), "{e}");
-        let undeclared = format!("{}mode = \"eval\"\n", v1.replace("version = 1", "version = 2"));
+        let undeclared = format!(
+            "{}mode = \"eval\"\n",
+            v1.replace("version = 1", "version = 2")
+        );
         let e = SpecSet::from_toml(&undeclared).unwrap_err().to_string();
         assert!(e.contains("mode 'eval' is not declared"), "{e}");
     }

@@ -174,7 +174,7 @@ fn handles_from_elsewhere_are_rejected() -> R {
         Err(Error::ForeignHandle { .. })
     ));
     assert!(matches!(
-        arena.write(x1, &[0.0; 17]),
+        arena.write_prefix(x1, &[0.0; 17]),
         Err(Error::ViewTooLarge { .. })
     ));
     Ok(())

@@ -25,6 +25,7 @@ mod backend;
 #[path = "../../examples/mask_and_train/data.rs"]
 mod data;
 #[path = "../../examples/mask_and_train/model.rs"]
+#[allow(dead_code)]
 mod model;
 #[path = "../../examples/mask_and_train/train.rs"]
 #[allow(dead_code)]

@@ -6,7 +6,8 @@ use ndarray::Ix2;
 use tensor_arena::ops::gemm;
 use tensor_arena::record::{RecordStep, SpecLifetime};
 use tensor_arena::{
-    DType, Error, HostDevice, Persistent, Phase, Planner, Recorder, SpecSet, plan::PlanReport,
+    DType, Error, HostDevice, Persistent, Phase, Planner, Recorder, ShapeRule, SpecSet,
+    plan::PlanReport,
 };
 
 type R = tensor_arena::Result<()>;
@@ -149,17 +150,21 @@ fn a_recorded_step_and_a_hand_declared_step_give_the_same_plan() -> R {
 }
 
 #[test]
-fn variable_shapes_across_steps_produce_per_dimension_maxima() -> R {
+fn sites_are_sized_by_element_count_unless_they_opt_in_per_dimension() -> R {
     let mut rec = Recorder::new(HostDevice::new());
     let fwd = rec.phase("forward")?;
     let bwd = rec.phase("backward")?;
-    // (rows, cols) whose maxima come from different steps.
+    let m = rec.default_mode();
+    rec.per_dimension::<f32>(m, "d")?;
+    // (rows, cols) whose per-dimension maxima come from different steps;
+    // padded (to 16 columns) they hold 240, 144 and 160 elements.
     let steps = [(5usize, 40usize, false), (9, 12, true), (2, 70, false)];
     for (r, c, late) in steps {
         rec.step(|s| -> R {
             let a = s.temp::<f32>("a", &[r, c])?;
+            let d = s.temp::<f32>("d", &[r, c])?;
             let t = s.temp::<u8>("t", &[c])?;
-            drop(t);
+            drop((t, d));
             s.enter(bwd)?;
             // `a` lives into backward only in one step; its span unites.
             if !late {
@@ -169,31 +174,81 @@ fn variable_shapes_across_steps_produce_per_dimension_maxima() -> R {
         })?;
     }
     let specs = rec.specs();
-    let a = specs.get("a").map(|e| (e.shape.clone(), e.lifetime));
+    let get = |name: &str| {
+        specs
+            .get(name)
+            .map(|e| (e.shape.clone(), e.lifetime, e.shape_rule))
+    };
+    // By element count: the request with the most (padded) elements.
     assert_eq!(
-        a,
-        Some((vec![9, 70], SpecLifetime::Phases { first: 0, last: 1 }))
-    );
-    let t = specs
-        .get("t")
-        .map(|e| (e.shape.clone(), e.dtype, e.lifetime));
-    assert_eq!(
-        t,
+        get("a"),
         Some((
-            vec![70],
-            DType::U8,
-            SpecLifetime::Phases { first: 0, last: 0 }
+            vec![5, 40],
+            SpecLifetime::Phases { first: 0, last: 1 },
+            ShapeRule::Elements
         ))
     );
+    // Opted in: the largest of each dimension.
+    assert_eq!(
+        get("d"),
+        Some((
+            vec![9, 70],
+            SpecLifetime::Phases { first: 0, last: 0 },
+            ShapeRule::Dims
+        ))
+    );
+    assert_eq!(
+        specs.get("t").map(|e| (e.shape.clone(), e.dtype)),
+        Some((vec![70], DType::U8))
+    );
     let plan = rec.freeze()?;
-    assert_eq!(plan.buffers()[0].padded_shape().dims(), &[9, 80]);
-    // Every shape seen while recording, and any smaller one, fits.
+    let padded = |name: &str| {
+        let b = plan.buffers().iter().find(|b| b.name() == name);
+        b.map(|b| b.padded_shape().to_vec())
+    };
+    assert_eq!(padded("a"), Some(vec![5, 48]));
+    assert_eq!(padded("d"), Some(vec![9, 80]));
     rec.step(|s| -> R {
+        // Every shape seen while recording fits, and any shape of no more
+        // elements, whatever its dimensions: the one shape rule.
         for (r, c, _) in steps {
-            s.temp::<f32>("a", &[r, c])?;
+            drop(s.temp::<f32>("a", &[r, c])?);
+            drop(s.temp::<f32>("d", &[r, c])?);
         }
-        s.temp::<f32>("a", &[9, 80])?;
-        s.temp::<u8>("t", &[1])?;
+        drop(s.temp::<f32>("a", &[2, 120])?);
+        drop(s.temp::<f32>("a", &[240])?);
+        let e = s.temp::<f32>("a", &[241]).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::ExceedsRecorded {
+                    per_dimension: false,
+                    elements: 241,
+                    capacity: 240,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("element-count rule"), "{e}");
+        // The opted-in site refuses a dimension beyond its maximum, and a
+        // new rank, though the elements would fit.
+        drop(s.temp::<f32>("d", &[9, 80])?);
+        for shape in [&[10, 1][..], &[2, 2, 2]] {
+            let e = s.temp::<f32>("d", shape).unwrap_err();
+            assert!(
+                matches!(
+                    &e,
+                    Error::ExceedsRecorded {
+                        per_dimension: true,
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+            assert!(e.to_string().contains("per-dimension rule"), "{e}");
+        }
+        drop(s.temp::<u8>("t", &[1])?);
         Ok(())
     })?;
     let _ = fwd;
@@ -209,31 +264,35 @@ fn oversize_requests_after_freezing_name_site_maximum_and_shape() -> R {
     rec.step(|s| s.temp::<f32>("x", &[6, 20]).map(drop))?;
     rec.freeze()?;
     let err = rec
-        .step(|s| s.temp::<f32>("x", &[7, 20]).map(drop))
+        .step(|s| s.temp::<f32>("x", &[7, 32]).map(drop))
         .unwrap_err();
     assert_eq!(
         err,
         Error::ExceedsRecorded {
             site: "x".into(),
-            requested: vec![7, 20],
+            mode: "default".into(),
+            requested: vec![7, 32],
             recorded: vec![6, 20],
             padded: vec![6, 32],
+            elements: 224,
+            capacity: 192,
+            per_dimension: false,
         }
     );
     let text = err.to_string();
     assert!(
         text.contains("'x'")
-            && text.contains("[7, 20]")
+            && text.contains("[7, 32]")
             && text.contains("recorded maximum [6, 20]")
+            && text.contains("224 elements")
             && text.contains("rerecord"),
         "{text}"
     );
-    // Within the padding is within the plan; a new rank is not.
+    // Within the padding is within the plan, and so is any shape of no
+    // more elements: [7, 20] and a new rank.
     rec.step(|s| s.temp::<f32>("x", &[6, 32]).map(drop))?;
-    assert!(matches!(
-        rec.step(|s| s.temp::<f32>("x", &[6, 2, 10]).map(drop)),
-        Err(Error::ExceedsRecorded { .. })
-    ));
+    rec.step(|s| s.temp::<f32>("x", &[7, 20]).map(drop))?;
+    rec.step(|s| s.temp::<f32>("x", &[6, 2, 16]).map(drop))?;
 
     // Re-record, then re-plan: contents and the random stream carry over.
     rec.step(|s| -> R {
@@ -245,9 +304,9 @@ fn oversize_requests_after_freezing_name_site_maximum_and_shape() -> R {
     rec.rerecord()?;
     assert!(!rec.is_frozen());
     assert_eq!(rec.rng_state(), rng);
-    rec.step(|s| s.temp::<f32>("x", &[7, 20]).map(drop))?;
+    rec.step(|s| s.temp::<f32>("x", &[7, 32]).map(drop))?;
     let plan = rec.freeze()?;
-    assert_eq!(plan.buffers()[1].shape().dims(), &[7, 20]);
+    assert_eq!(plan.buffers()[1].shape().dims(), &[7, 32]);
     assert_eq!(plan.buffers()[1].recorded_steps(), Some(2));
     let mut back = [0.0; 8];
     rec.read(w, &mut back)?;
@@ -317,8 +376,8 @@ fn misuse_is_an_error_not_a_panic() -> R {
             s.temp::<i32>("a", &[3, 4]),
             Err(Error::DTypeMismatch { .. })
         ));
-        let e = s.temp::<f32>("a", &[12]).unwrap_err();
-        assert!(e.to_string().contains("number of dimensions"), "{e}");
+        // By element count a site may change its number of dimensions.
+        drop(s.temp::<f32>("a", &[12])?);
         assert!(matches!(
             s.temp::<f32>("b", &[0]),
             Err(Error::EmptyShape { .. })
@@ -355,9 +414,28 @@ fn misuse_is_an_error_not_a_panic() -> R {
         rec.write(foreign, &[0.0; 4]),
         Err(Error::ForeignHandle { .. })
     ));
+    // Whole-buffer copies must match the shape; prefixes fit the capacity.
+    let e = rec.write(w, &[0.0; 3]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::CopyLength {
+                given: 3,
+                expected: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("write_prefix"), "{e}");
+    rec.write_prefix(w, &[0.0; 3])?;
     assert!(matches!(
-        rec.write(w, &[0.0; 17]),
+        rec.write_prefix(w, &[0.0; 17]),
         Err(Error::ViewTooLarge { .. })
+    ));
+    assert!(matches!(
+        rec.read(w, &mut [0.0; 5]),
+        Err(Error::CopyLength { .. })
     ));
 
     rec.freeze()?;
@@ -366,11 +444,13 @@ fn misuse_is_an_error_not_a_panic() -> R {
         assert_eq!(
             e,
             Error::UnrecordedSite {
-                site: "never".into()
+                site: "never".into(),
+                mode: "default".into(),
             }
         );
         assert!(
-            e.to_string().contains("never requested while recording"),
+            e.to_string()
+                .contains("never requested in mode 'default' while recording"),
             "{e}"
         );
         assert!(matches!(
@@ -386,10 +466,8 @@ fn misuse_is_an_error_not_a_panic() -> R {
         assert!(!x.is_recording() && x.as_lease().is_some());
         Ok(())
     })?;
-    assert!(matches!(
-        rec.persistent::<f32>("late", &[4]),
-        Err(Error::UnrecordedSite { .. })
-    ));
+    let e = rec.persistent::<f32>("late", &[4]).unwrap_err();
+    assert!(e.to_string().contains("frozen"), "{e}");
     assert!(matches!(
         rec.preload(&SpecSet::default()),
         Err(Error::InvalidSpecs { .. })

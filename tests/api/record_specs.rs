@@ -8,12 +8,8 @@ type R = tensor_arena::Result<()>;
 
 fn entry(name: &str, dtype: DType, shape: &[usize], lifetime: SpecLifetime) -> SpecEntry {
     SpecEntry {
-        name: name.to_owned(),
-        dtype,
-        shape: shape.to_vec(),
         lifetime,
-        rounding: None,
-        recorded_steps: None,
+        ..SpecEntry::new(name, dtype, shape)
     }
 }
 
@@ -100,7 +96,7 @@ fn malformed_spec_files_are_clear_errors() -> R {
         ("phases = []\n".into(), &["missing field `version`"]),
         (
             "version = 3\n".into(),
-            &["line 1", "version 3 is not supported", "version 1"],
+            &["line 1", "version 3 is not supported", "versions 1 to 2"],
         ),
         ("version = \"1\"\n".into(), &["line 1", "invalid type"]),
         (

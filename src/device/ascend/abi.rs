@@ -313,7 +313,10 @@ mod tests {
         };
         assert_eq!(entry_point(&bern, DType::U8).unwrap(), "ta_bernoulli_u8");
         let k = Kernel::ApplyMaskU8 { scale: 2.0 };
-        for (d, name) in [DType::F32, DType::F16, DType::BF16].into_iter().zip(APPLY_MASK_U8) {
+        for (d, name) in [DType::F32, DType::F16, DType::BF16]
+            .into_iter()
+            .zip(APPLY_MASK_U8)
+        {
             assert_eq!(entry_point(&k, d).unwrap(), name);
         }
         assert!(entry_point(&k, DType::U8).is_err());

@@ -79,7 +79,8 @@ impl KernelLib {
                 mul: table(&loaded, &Kernel::Mul)?,
                 mul_scalar: table(&loaded, &Kernel::MulScalar { s: 1.0 })?,
                 bernoulli_u8: optional(&loaded, &Kernel::Bernoulli { p: 0.5, rng }, DType::U8),
-                apply_mask_u8: DTYPES.map(|d| optional(&loaded, &Kernel::ApplyMaskU8 { scale: 1.0 }, d)),
+                apply_mask_u8: DTYPES
+                    .map(|d| optional(&loaded, &Kernel::ApplyMaskU8 { scale: 1.0 }, d)),
                 _lib: loaded,
             }
         };
@@ -127,7 +128,9 @@ impl KernelLib {
         unsafe {
             match *kernel {
                 Kernel::Bernoulli { p, rng } if dtype == DType::U8 => match self.bernoulli_u8 {
-                    Ok(f) => f(blocks, stream, x, p, rng.seed, rng.offset, total, block, tile),
+                    Ok(f) => f(
+                        blocks, stream, x, p, rng.seed, rng.offset, total, block, tile,
+                    ),
                     Err(_) => MISSING,
                 },
                 Kernel::ApplyMaskU8 { scale } => match self.apply_mask_u8[i] {
