@@ -544,3 +544,153 @@ fn preloaded_specs_plan_without_a_recording_step() -> R {
     assert!(e.to_string().contains("phases"), "{e}");
     Ok(())
 }
+
+#[test]
+fn the_recorder_learns_each_mode_apart() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    let train = rec.mode("train")?;
+    let eval = rec.mode("eval")?;
+    let fwd = rec.phase_in(train, "forward")?;
+    let bwd = rec.phase_in(train, "backward")?;
+    rec.phase_in(eval, "forward")?;
+    assert!(matches!(rec.mode("eval"), Err(Error::DuplicateName { .. })));
+    let w = rec.persistent::<f32>("w", &[32])?;
+    for batch in [4, 16] {
+        rec.step_in(train, |s| -> R {
+            drop(s.lease(w)?);
+            let h = s.temp::<f32>("h", &[batch, 32])?;
+            s.enter(bwd)?;
+            let g = s.temp::<f32>("g", &[batch, 32])?;
+            drop((h, g));
+            // Phases only move forward, in a mode as without one.
+            assert!(matches!(s.enter(fwd), Err(Error::PhaseOrder { .. })));
+            Ok(())
+        })?;
+    }
+    // The same site name in eval: its own site, its own size.
+    rec.step_in(eval, |s| -> R {
+        let e = s.enter(bwd).unwrap_err();
+        assert!(matches!(e, Error::WrongMode { what: "phase", .. }), "{e}");
+        s.temp::<f32>("h", &[256, 32]).map(drop)
+    })?;
+    let specs = rec.specs();
+    let h_train = specs.get_in(Some("train"), "h").map(|e| e.shape.clone());
+    let h_eval = specs.get_in(Some("eval"), "h").map(|e| e.shape.clone());
+    assert_eq!((h_train, h_eval), (Some(vec![16, 32]), Some(vec![256, 32])));
+    assert_eq!(specs.modes().len(), 2);
+    let plan = rec.freeze()?.clone();
+    // Eval's h shares bytes with train's h and g: the modes never run together.
+    let by_name = |mode: Option<usize>, name: &str| {
+        plan.buffers()
+            .iter()
+            .find(|b| b.mode() == mode && b.name() == name)
+            .map(|b| b.range())
+    };
+    let eh = by_name(Some(2), "h").ok_or(Error::EmptyPlan)?;
+    let th = by_name(Some(1), "h").ok_or(Error::EmptyPlan)?;
+    assert!(eh.start < th.end && th.start < eh.end, "{eh:?} {th:?}");
+    // Frozen: each mode serves its own sizes and refuses the other's.
+    rec.step_in(train, |s| -> R {
+        let e = s.temp::<f32>("h", &[256, 32]).unwrap_err();
+        assert!(
+            matches!(&e, Error::ExceedsRecorded { mode, .. } if mode == "train"),
+            "{e}"
+        );
+        let e = s.temp::<f32>("x", &[1]).unwrap_err();
+        assert!(e.to_string().contains("in mode 'train'"), "{e}");
+        Ok(())
+    })?;
+    rec.step_in(eval, |s| s.temp::<f32>("h", &[256, 32]).map(drop))?;
+    // A spec file carries the modes; a recorder with the same modes
+    // preloads it, one with other modes refuses it.
+    let text = specs.to_toml()?;
+    assert!(
+        text.contains("[[mode]]") && text.contains("mode = \"eval\""),
+        "{text}"
+    );
+    let mut again = Recorder::new(HostDevice::new());
+    let t2 = again.mode("train")?;
+    let e2 = again.mode("eval")?;
+    again.phase_in(t2, "forward")?;
+    again.phase_in(t2, "backward")?;
+    again.phase_in(e2, "forward")?;
+    again.persistent::<f32>("w", &[32])?;
+    again.preload(&SpecSet::from_toml(&text)?)?;
+    assert_eq!(again.freeze()?.slab_bytes(), plan.slab_bytes());
+    let mut other = Recorder::new(HostDevice::new());
+    other.mode("train")?;
+    let e = other.preload(&SpecSet::from_toml(&text)?).unwrap_err();
+    assert!(e.to_string().contains("modes"), "{e}");
+    let foreign = Planner::new().default_mode();
+    assert!(matches!(
+        rec.step_in(foreign, |_| Ok::<_, Error>(())),
+        Err(Error::ForeignMode { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn bounds_declared_up_front_need_not_be_recorded() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    let m = rec.default_mode();
+    // The worst case: 32 sequences of 128, flattened; a per-dimension site
+    // bounded at [32, 128, 128].
+    rec.bound::<f32>(m, "flat", &[32 * 128, 64])?;
+    rec.per_dimension::<f32>(m, "att")?;
+    rec.bound::<f32>(m, "att", &[32, 128, 128])?;
+    assert!(matches!(
+        rec.bound::<i32>(m, "flat", &[1, 1]),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    // Steps with the batch maximum and the sequence maximum apart.
+    for (b, l) in [(32, 17), (1, 128)] {
+        rec.step(|s| -> R {
+            drop(s.temp::<f32>("flat", &[b * l, 64])?);
+            drop(s.temp::<f32>("att", &[b, l, l])?);
+            Ok(())
+        })?;
+    }
+    let specs = rec.specs();
+    assert_eq!(
+        specs.get("flat").map(|e| e.shape.clone()),
+        Some(vec![32 * 128, 64])
+    );
+    let att = specs.get("att").map(|e| (e.shape.clone(), e.shape_rule));
+    assert_eq!(att, Some((vec![32, 128, 128], ShapeRule::Dims)));
+    let e = rec.per_dimension::<f32>(m, "flat").unwrap_err();
+    assert!(
+        e.to_string().contains("before the site's first request"),
+        "{e}"
+    );
+    rec.freeze()?;
+    // The never-recorded combination fits: it is within the bounds.
+    rec.step(|s| -> R {
+        drop(s.temp::<f32>("flat", &[32 * 128, 64])?);
+        drop(s.temp::<f32>("att", &[32, 128, 128])?);
+        let e = s.temp::<f32>("att", &[2, 130, 130]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::ExceedsRecorded {
+                    per_dimension: true,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        Ok(())
+    })?;
+    // A bounded site never requested is planned for the whole step.
+    let mut rec = Recorder::new(HostDevice::new());
+    let m = rec.default_mode();
+    rec.phase("forward")?;
+    rec.bound::<u8>(m, "spare", &[100])?;
+    rec.freeze()?;
+    rec.step(|s| s.temp::<u8>("spare", &[50]).map(drop))?;
+    let spare = rec
+        .specs()
+        .get("spare")
+        .map(|e| (e.lifetime, e.recorded_steps));
+    assert_eq!(spare, Some((SpecLifetime::Step, None)));
+    Ok(())
+}
