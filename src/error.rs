@@ -439,35 +439,9 @@ pub enum Error {
     // ---- Recording and spec files ----
     /// After a recorder froze its plan, a site asked for a shape its
     /// planned buffer cannot hold, by the site's shape rule (see
-    /// `ShapeRule`).
-    #[error(
-        "site '{site}' in mode '{mode}': shape {requested:?} exceeds the recorded maximum {recorded:?} ({}); record steps of this size again (Recorder::rerecord) and re-plan with Recorder::freeze, or declare the site's bound up front (Recorder::bound)",
-        if *per_dimension {
-            format!("the per-dimension limit is the padded shape {padded:?}; per-dimension rule, which this site opted in to")
-        } else {
-            format!("it needs {elements} elements, the planned capacity is {capacity} (padded shape {padded:?}; element-count rule)")
-        }
-    )]
-    ExceedsRecorded {
-        /// The site.
-        site: String,
-        /// The mode of the step that asked.
-        mode: String,
-        /// The shape asked for now.
-        requested: Vec<usize>,
-        /// The shape the site was planned for (the largest request, or the
-        /// declared bound).
-        recorded: Vec<usize>,
-        /// The planned (padded) shape.
-        padded: Vec<usize>,
-        /// Elements the request needs.
-        elements: usize,
-        /// Elements the planned buffer holds.
-        capacity: usize,
-        /// Whether the per-dimension rule refused (the site opted in to
-        /// it); otherwise the element-count rule did.
-        per_dimension: bool,
-    },
+    /// [`ExceedsRecorded`]).
+    #[error("{0}")]
+    ExceedsRecorded(Box<ExceedsRecorded>),
 
     /// After a recorder froze its plan, a site asked for a buffer that was
     /// never requested while recording (in the mode of the step).
@@ -696,6 +670,60 @@ impl std::fmt::Display for GuardViolation {
             self.phase,
             self.view_elements
         )
+    }
+}
+
+/// A request a frozen recorder's plan cannot hold: the site, the shape,
+/// what it was planned for, and which rule refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExceedsRecorded {
+    /// The site.
+    pub site: String,
+    /// The mode of the step that asked.
+    pub mode: String,
+    /// The shape asked for now.
+    pub requested: Vec<usize>,
+    /// The shape the site was planned for (the largest request, or the
+    /// declared bound).
+    pub recorded: Vec<usize>,
+    /// The planned (padded) shape.
+    pub padded: Vec<usize>,
+    /// Elements the planned buffer holds.
+    pub capacity: usize,
+    /// Whether the per-dimension rule refused (the site opted in to it);
+    /// otherwise the element-count rule did.
+    pub per_dimension: bool,
+}
+
+impl std::fmt::Display for ExceedsRecorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "site '{}' in mode '{}': shape {:?} exceeds the recorded maximum {:?} (",
+            self.site, self.mode, self.requested, self.recorded
+        )?;
+        if self.per_dimension {
+            write!(
+                f,
+                "the per-dimension limit is the padded shape {:?}; per-dimension rule, which this site opted in to",
+                self.padded
+            )?;
+        } else {
+            let elements = self
+                .requested
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d));
+            match elements {
+                Some(n) => write!(f, "it needs {n} elements")?,
+                None => f.write_str("its element count overflows")?,
+            }
+            write!(
+                f,
+                ", the planned capacity is {} (padded shape {:?}; element-count rule)",
+                self.capacity, self.padded
+            )?;
+        }
+        f.write_str("); record steps of this size again (Recorder::rerecord) and re-plan with Recorder::freeze, or declare the site's bound up front (Recorder::bound)")
     }
 }
 

@@ -35,7 +35,7 @@ pub use arena::{
 pub use counting_alloc::{AllocCounts, CountingAllocator};
 pub use device::{Device, DeviceCounters, HostAccessible, HostDevice, Kernels, Region};
 pub use dtype::{DType, Element};
-pub use error::{Available, Error, GuardViolation, Result};
+pub use error::{Available, Error, ExceedsRecorded, GuardViolation, Result};
 pub use half::{bf16, f16};
 /// The ndarray version the crate's lease views are built on: use
 /// `tensor_arena::ndarray` so the two never disagree.

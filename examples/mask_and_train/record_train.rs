@@ -48,10 +48,7 @@ struct RecordTrainer<N> {
 
 /// Whether `e` says the frozen plan cannot serve a request.
 fn outgrown(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::ExceedsRecorded { .. } | Error::UnrecordedSite { .. }
-    )
+    matches!(e, Error::ExceedsRecorded(_) | Error::UnrecordedSite { .. })
 }
 
 impl<N: FnMut(Note<'_>)> RecordTrainer<N> {

@@ -568,8 +568,7 @@ impl<D: Device> Recorder<D> {
                     .map(|m| self.shared.mode_name(m).to_owned()),
                 shape_rule: s.rule,
                 rounding: s.rounding,
-                recorded_steps: (s.recorded && s.requests > 0 || s.recorded && s.life.is_some())
-                    .then_some(steps),
+                recorded_steps: (s.recorded && s.life.is_some()).then_some(steps),
             })
             .collect();
         SpecSet {

@@ -91,15 +91,16 @@ impl<'r, D: Device> RecordStep<'r, D> {
             return Err(self.unrecorded(name));
         };
         let padded = planned.padded_shape();
-        let exceeds = |per_dimension| Error::ExceedsRecorded {
-            site: name.to_owned(),
-            mode: self.shared.mode_name(self.mode).to_owned(),
-            requested: shape.to_vec(),
-            recorded: site.max.to_vec(),
-            padded: padded.to_vec(),
-            elements: shape.iter().product(),
-            capacity: planned.capacity(),
-            per_dimension,
+        let exceeds = |per_dimension| {
+            Error::ExceedsRecorded(Box::new(crate::error::ExceedsRecorded {
+                site: name.to_owned(),
+                mode: self.shared.mode_name(self.mode).to_owned(),
+                requested: shape.to_vec(),
+                recorded: site.max.to_vec(),
+                padded: padded.to_vec(),
+                capacity: planned.capacity(),
+                per_dimension,
+            }))
         };
         // The one shape rule, with the recorder's message for a request
         // beyond the plan (it says how to re-plan).
