@@ -185,8 +185,9 @@ impl Book {
     }
 
     /// Marks buffer `index` leased, or says why it cannot be. `None` if the
-    /// index is not one of this book's buffers.
-    #[inline]
+    /// index is not one of this book's buffers. Always inlined into the
+    /// lease (see `Step::lease`).
+    #[inline(always)]
     pub fn acquire(&self, plan: &Plan, index: usize) -> Option<Result<&Slot>> {
         let slot = self.slots.get(index)?;
         let phase = self.phase.get();

@@ -28,7 +28,10 @@ impl<'a, D: Device> Step<'a, D> {
     /// live lease shares its bytes, if it belongs to another mode than the
     /// step's, if the current phase is outside its span, or if the handle
     /// belongs to another plan. Allocates nothing.
-    #[inline]
+    // Always inlined: with `temp` calling it too, the compiler would
+    // otherwise keep it out of line and every lease would pay a call
+    // (about 110 instructions per lease and release instead of 74).
+    #[inline(always)]
     pub fn lease<T: Element>(&self, buffer: Buffer<T>) -> Result<Lease<'_, T, D>> {
         let arena = self.arena;
         let index = buffer.id.index();

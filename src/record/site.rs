@@ -47,7 +47,8 @@ pub(crate) struct Site {
     /// while nothing sized the site yet. The declared shape for persistent
     /// buffers.
     pub max: Dims,
-    /// Elements of `max` padded: the planned capacity.
+    /// Element-count sites: elements of `max` padded (the planned
+    /// capacity), to compare requests by. Unused per dimension.
     pub max_padded: usize,
     pub rule: ShapeRule,
     pub rounding: Option<Rounding>,

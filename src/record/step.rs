@@ -76,8 +76,9 @@ impl<'r, D: Device> RecordStep<'r, D> {
             return Err(self.unrecorded(name));
         };
         let site = &table.sites[index];
-        // Sites cannot be added while frozen, so every site has an id.
-        let Some(&id) = ids.get(index) else {
+        // Sites cannot be added while frozen, so every site has an id; one
+        // opted in to per-dimension limits but never sized has no buffer.
+        let Some(&id) = ids.get(index).filter(|_| !site.max.is_empty()) else {
             return Err(self.unrecorded(name));
         };
         let Some(buffer) = id.typed::<T>() else {
