@@ -5,51 +5,6 @@
 //!
 //! Static dispatch only: every method is a direct call to the lease type's
 //! own method, monomorphised per step type; nothing is boxed or allocated.
-//!
-//! ```
-//! use tensor_arena::{
-//!     Arena, Error, HostDevice, Kernels, LeaseOf, LeaseOps, Phase, Planner, Recorder, StepScope,
-//! };
-//!
-//! /// One forward and backward pass, written once.
-//! fn step<S: StepScope>(s: &S, bwd: Phase, batch: usize) -> Result<f32, Error>
-//! where
-//!     S::Device: Kernels + tensor_arena::HostAccessible,
-//! {
-//!     let mut h: LeaseOf<'_, S, f32> = s.temp("h", &[batch, 64])?;
-//!     h.as_mut_slice().fill(2.0);
-//!     let mut keep = s.temp::<u8>("keep", &[batch, 64])?;
-//!     keep.bernoulli_(0.5)?;
-//!     h.apply_mask_(&keep, 2.0)?;
-//!     drop(keep);
-//!     s.enter(bwd)?;
-//!     let mut g = s.temp::<f32>("g", &[batch, 64])?;
-//!     g.as_mut_slice().copy_from_slice(h.as_slice());
-//!     Ok(g.as_slice().iter().sum())
-//! }
-//!
-//! // On a planned arena: declared by hand.
-//! let mut p = Planner::new();
-//! let fwd = p.phase("forward")?;
-//! let bwd = p.phase("backward")?;
-//! p.span::<f32>("h", &[32, 64], fwd, bwd)?;
-//! p.span::<u8>("keep", &[32, 64], fwd, fwd)?;
-//! p.span::<f32>("g", &[32, 64], bwd, bwd)?;
-//! let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
-//! arena.set_seed(3);
-//! let planned = arena.step(|s| step(s, bwd, 32))?;
-//!
-//! // On a recorder: learned by name, then frozen into the same plan.
-//! let mut rec = Recorder::new(HostDevice::new());
-//! rec.phase("forward")?;
-//! let rbwd = rec.phase("backward")?;
-//! rec.set_seed(3);
-//! let recorded = rec.step(|s| step(s, rbwd, 32))?;
-//! assert_eq!(planned, recorded);
-//! assert_eq!(rec.freeze()?.slab_bytes(), arena.plan().slab_bytes());
-//! # let _ = fwd;
-//! # Ok::<(), Error>(())
-//! ```
 
 use std::marker::PhantomData;
 
@@ -82,8 +37,55 @@ pub type LeaseOf<'s, S, T> = <<S as StepScope>::Family as Leases>::Lease<'s, T>;
 /// The device of the lease family `F`.
 type DeviceOf<F> = <F as Leases>::Device;
 
-/// The step API shared by planned and recorded steps (see the
-/// [module docs](self)).
+/// The step API shared by planned and recorded steps: [`Step`] and
+/// [`RecordStep`](crate::RecordStep) implement it, and their leases
+/// [`LeaseOps`], so a model step is written once, generic over the step
+/// type. Static dispatch only: nothing is boxed or allocated.
+///
+/// ```
+/// use tensor_arena::{
+///     Arena, Error, HostDevice, Kernels, LeaseOf, LeaseOps, Phase, Planner, Recorder, StepScope,
+/// };
+///
+/// /// One forward and backward pass, written once.
+/// fn step<S: StepScope>(s: &S, bwd: Phase, batch: usize) -> Result<f32, Error>
+/// where
+///     S::Device: Kernels + tensor_arena::HostAccessible,
+/// {
+///     let mut h: LeaseOf<'_, S, f32> = s.temp("h", &[batch, 64])?;
+///     h.as_mut_slice().fill(2.0);
+///     let mut keep = s.temp::<u8>("keep", &[batch, 64])?;
+///     keep.bernoulli_(0.5)?;
+///     h.apply_mask_(&keep, 2.0)?;
+///     drop(keep);
+///     s.enter(bwd)?;
+///     let mut g = s.temp::<f32>("g", &[batch, 64])?;
+///     g.as_mut_slice().copy_from_slice(h.as_slice());
+///     Ok(g.as_slice().iter().sum())
+/// }
+///
+/// // On a planned arena: declared by hand.
+/// let mut p = Planner::new();
+/// let fwd = p.phase("forward")?;
+/// let bwd = p.phase("backward")?;
+/// p.span::<f32>("h", &[32, 64], fwd, bwd)?;
+/// p.span::<u8>("keep", &[32, 64], fwd, fwd)?;
+/// p.span::<f32>("g", &[32, 64], bwd, bwd)?;
+/// let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
+/// arena.set_seed(3);
+/// let planned = arena.step(|s| step(s, bwd, 32))?;
+///
+/// // On a recorder: learned by name, then frozen into the same plan.
+/// let mut rec = Recorder::new(HostDevice::new());
+/// rec.phase("forward")?;
+/// let rbwd = rec.phase("backward")?;
+/// rec.set_seed(3);
+/// let recorded = rec.step(|s| step(s, rbwd, 32))?;
+/// assert_eq!(planned, recorded);
+/// assert_eq!(rec.freeze()?.slab_bytes(), arena.plan().slab_bytes());
+/// # let _ = fwd;
+/// # Ok::<(), Error>(())
+/// ```
 pub trait StepScope {
     /// The device holding the slab.
     type Device: Device;
