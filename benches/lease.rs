@@ -8,7 +8,9 @@
 //!   already warmed up so it serves from its cache, as in steady state.
 //!
 //! `single/*` times one lease + release (or malloc + free) of one buffer;
-//! `step/*` replays a whole step of a two-layer MLP's temporaries.
+//! `step/*` replays a whole step of a two-layer MLP's temporaries;
+//! `by_name/arena_temp` is `single/arena` asked for by name with a shape
+//! (`Step::temp`, what a model written against `StepScope` calls).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -81,6 +83,29 @@ fn single(c: &mut Criterion) {
     g.finish();
 }
 
+/// The same lease as `single/arena`, asked for by name with a shape, as a
+/// model written against `StepScope` does: the name hashed, the shape
+/// checked. Its own function, so that it leaves the code of `single/*`
+/// as it was.
+fn by_name(c: &mut Criterion) {
+    let mut mlp = mlp();
+    let bytes = mlp.order[2].1;
+    let shape = [BATCH, HIDDEN];
+    let mut g = c.benchmark_group("by_name");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(BenchmarkId::new("arena_temp", bytes), |b| {
+        mlp.arena.step(|s| {
+            b.iter(|| {
+                let lease = s
+                    .temp::<f32>(black_box("h"), black_box(&shape))
+                    .expect("temp");
+                black_box(lease.device_ptr());
+            })
+        })
+    });
+    g.finish();
+}
+
 fn step(c: &mut Criterion) {
     let mut mlp = mlp();
     let n = mlp.order.len() as u64;
@@ -129,5 +154,5 @@ fn config() -> Criterion {
         .sample_size(50)
 }
 
-criterion_group! { name = benches; config = config(); targets = single, step }
+criterion_group! { name = benches; config = config(); targets = single, step, by_name }
 criterion_main!(benches);

@@ -98,6 +98,31 @@ pub enum Error {
         owner: &'static str,
     },
 
+    /// A mode handle that does not belong to this planner, arena or
+    /// recorder.
+    #[error("mode #{index} does not belong to this {owner} (it was created by another planner)")]
+    ForeignMode {
+        /// Index inside its own planner.
+        index: usize,
+        /// "planner", "arena" or "recorder".
+        owner: &'static str,
+    },
+
+    /// A buffer declared in one mode with phases of another.
+    #[error(
+        "buffer '{buffer}' is declared in mode '{mode}' but its phase '{phase}' belongs to mode '{phase_mode}'; a buffer lives in the phases of its own mode"
+    )]
+    PhaseOfAnotherMode {
+        /// The buffer.
+        buffer: String,
+        /// The mode it was declared in.
+        mode: String,
+        /// The phase given.
+        phase: String,
+        /// The mode that phase belongs to.
+        phase_mode: String,
+    },
+
     /// `plan()` was called with no buffers declared.
     #[error("nothing to plan: declare at least one buffer before calling plan()")]
     EmptyPlan,
@@ -153,7 +178,7 @@ pub enum Error {
 
     /// A view shape whose element count exceeds the buffer's capacity.
     #[error(
-        "buffer '{buffer}': view shape {shape:?} needs {elements} elements, capacity is {capacity} (padded shape {padded:?})"
+        "buffer '{buffer}': view shape {shape:?} needs {elements} elements, more than its capacity of {capacity} (padded shape {padded:?}; element-count rule)"
     )]
     ViewTooLarge {
         /// The buffer.
@@ -166,6 +191,74 @@ pub enum Error {
         capacity: usize,
         /// The planned (padded) shape.
         padded: Vec<usize>,
+    },
+
+    /// A view shape beyond the per-dimension limits of a buffer that opted
+    /// in to them (`ShapeRule::Dims`).
+    #[error(
+        "buffer '{buffer}': view shape {shape:?} is outside its per-dimension limit {padded:?} ({}; per-dimension rule, which this buffer opted in to)",
+        match dim {
+            Some(d) => format!("dimension {d} is {} > {}", shape.get(*d).copied().unwrap_or(0), padded.get(*d).copied().unwrap_or(0)),
+            None => format!("{} dimensions instead of {}: the number of dimensions is fixed", shape.len(), padded.len()),
+        }
+    )]
+    ViewExceedsDims {
+        /// The buffer.
+        buffer: String,
+        /// The requested view shape.
+        shape: Vec<usize>,
+        /// The planned (padded) shape: the limit of each dimension.
+        padded: Vec<usize>,
+        /// The first dimension beyond its limit; `None` when the number of
+        /// dimensions differs.
+        dim: Option<usize>,
+    },
+
+    /// A copy between host memory and a buffer, outside a step, whose
+    /// length differs from the buffer's declared shape.
+    #[error(
+        "buffer '{buffer}': {op} of {given} elements, but its shape {shape:?} has {expected}; copy the whole buffer, or use {op}_prefix for a partial copy"
+    )]
+    CopyLength {
+        /// `write` or `read`.
+        op: &'static str,
+        /// The buffer.
+        buffer: String,
+        /// Elements in the host slice.
+        given: usize,
+        /// Elements of the declared shape.
+        expected: usize,
+        /// The declared shape.
+        shape: Vec<usize>,
+    },
+
+    /// A buffer of one mode leased (or a phase of one mode entered) in a
+    /// step of another.
+    #[error(
+        "{what} '{name}' belongs to mode '{mode}' but the step runs in mode '{step_mode}'; open the step in its mode (Arena::step_in)"
+    )]
+    WrongMode {
+        /// `buffer` or `phase`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// The mode it belongs to.
+        mode: String,
+        /// The mode of the step.
+        step_mode: String,
+    },
+
+    /// A buffer asked for by name that the step's mode does not have.
+    #[error(
+        "no buffer named '{name}' in mode '{mode}' of this plan (sizes {shape:?} were asked for)"
+    )]
+    NoSuchBuffer {
+        /// The name asked for.
+        name: String,
+        /// The step's mode.
+        mode: String,
+        /// The shape asked for.
+        shape: Vec<usize>,
     },
 
     /// A view shape that is not usable (too many dimensions, or no dimensions).
@@ -344,30 +437,22 @@ pub enum Error {
     },
 
     // ---- Recording and spec files ----
-    /// After a recorder froze its plan, a site asked for a shape larger
-    /// than any it asked for while recording.
-    #[error(
-        "site '{site}': shape {requested:?} exceeds the recorded maximum {recorded:?} (planned capacity {padded:?}); record steps of this size again (Recorder::rerecord) and re-plan with Recorder::freeze"
-    )]
-    ExceedsRecorded {
-        /// The site.
-        site: String,
-        /// The shape asked for now.
-        requested: Vec<usize>,
-        /// The largest shape recorded for the site (per dimension).
-        recorded: Vec<usize>,
-        /// The planned (padded) shape: the limit each dimension must stay within.
-        padded: Vec<usize>,
-    },
+    /// After a recorder froze its plan, a site asked for a shape its
+    /// planned buffer cannot hold, by the site's shape rule (see
+    /// [`ExceedsRecorded`]).
+    #[error("{0}")]
+    ExceedsRecorded(Box<ExceedsRecorded>),
 
     /// After a recorder froze its plan, a site asked for a buffer that was
-    /// never requested while recording.
+    /// never requested while recording (in the mode of the step).
     #[error(
-        "site '{site}' was never requested while recording, so the frozen plan has no buffer for it; record it (Recorder::rerecord) and re-plan with Recorder::freeze"
+        "site '{site}' was never requested in mode '{mode}' while recording, so the frozen plan has no buffer for it; record it (Recorder::rerecord) and re-plan with Recorder::freeze"
     )]
     UnrecordedSite {
         /// The site.
         site: String,
+        /// The mode of the step that asked.
+        mode: String,
     },
 
     /// A name that a set of specs, or a recorder, does not know.
@@ -671,6 +756,60 @@ impl std::fmt::Display for GuardViolation {
             self.phase,
             self.view_elements
         )
+    }
+}
+
+/// A request a frozen recorder's plan cannot hold: the site, the shape,
+/// what it was planned for, and which rule refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExceedsRecorded {
+    /// The site.
+    pub site: String,
+    /// The mode of the step that asked.
+    pub mode: String,
+    /// The shape asked for now.
+    pub requested: Vec<usize>,
+    /// The shape the site was planned for (the largest request, or the
+    /// declared bound).
+    pub recorded: Vec<usize>,
+    /// The planned (padded) shape.
+    pub padded: Vec<usize>,
+    /// Elements the planned buffer holds.
+    pub capacity: usize,
+    /// Whether the per-dimension rule refused (the site opted in to it);
+    /// otherwise the element-count rule did.
+    pub per_dimension: bool,
+}
+
+impl std::fmt::Display for ExceedsRecorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "site '{}' in mode '{}': shape {:?} exceeds the recorded maximum {:?} (",
+            self.site, self.mode, self.requested, self.recorded
+        )?;
+        if self.per_dimension {
+            write!(
+                f,
+                "the per-dimension limit is the padded shape {:?}; per-dimension rule, which this site opted in to",
+                self.padded
+            )?;
+        } else {
+            let elements = self
+                .requested
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d));
+            match elements {
+                Some(n) => write!(f, "it needs {n} elements")?,
+                None => f.write_str("its element count overflows")?,
+            }
+            write!(
+                f,
+                ", the planned capacity is {} (padded shape {:?}; element-count rule)",
+                self.capacity, self.padded
+            )?;
+        }
+        f.write_str("); record steps of this size again (Recorder::rerecord) and re-plan with Recorder::freeze, or declare the site's bound up front (Recorder::bound)")
     }
 }
 

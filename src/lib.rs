@@ -29,20 +29,23 @@ pub mod record;
 pub mod shape;
 pub mod units;
 
-pub use arena::{Arena, ArenaOptions, ArenaStats, DropoutMask, Lease, Step};
+pub use arena::{
+    Arena, ArenaOptions, ArenaStats, DropoutMask, Lease, LeaseOf, LeaseOps, Leases, Step, StepScope,
+};
 pub use counting_alloc::{AllocCounts, CountingAllocator};
 pub use device::{Device, DeviceCounters, HostAccessible, HostDevice, Kernels, Region};
 pub use dtype::{DType, Element};
-pub use error::{Available, Error, GuardViolation, Result};
+pub use error::{Available, Error, ExceedsRecorded, GuardViolation, Result};
 pub use half::{bf16, f16};
 /// The ndarray version the crate's lease views are built on: use
 /// `tensor_arena::ndarray` so the two never disagree.
 pub use ndarray;
 pub use plan::{
-    Buffer, BufferId, BufferSpec, Lifetime, Phase, Plan, PlannedBuffer, Planner, PlannerConfig,
+    Buffer, BufferId, BufferSpec, Lifetime, Mode, Phase, Plan, PlannedBuffer, Planner,
+    PlannerConfig,
 };
 pub use record::{Persistent, RecordStep, Recorder, SiteLease, SpecSet};
-pub use shape::{MAX_DIMS, Rounding, Shape};
+pub use shape::{MAX_DIMS, Rounding, Shape, ShapeRule};
 
 #[cfg(doctest)]
 mod doc_tests;

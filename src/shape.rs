@@ -143,11 +143,103 @@ impl Rounding {
     }
 }
 
-/// Checks a view shape for a buffer of `capacity` elements (padded shape
-/// `padded`): 1 to [`MAX_DIMS`] dimensions, an element count that neither
-/// overflows nor exceeds the capacity. Returns the element count. Shared by
-/// every lease type, so they all refuse the same shapes with the same
-/// messages.
+/// Which view shapes a buffer accepts: the crate's one shape rule, the same
+/// for planned buffers ([`Lease::set_shape`](crate::Lease::set_shape),
+/// [`Step::temp`](crate::Step::temp)) and recorded sites
+/// ([`RecordStep::temp`](crate::RecordStep::temp)).
+///
+/// By default a view fits when its element count fits the buffer's padded
+/// capacity: that is all the memory needs, so a `[b, s, s]` buffer planned
+/// for `[32, 128, 128]` also serves `[2, 700, 16]` or a flattened
+/// `[b * s, 64]`. A buffer (or recorded site) can opt in to per-dimension
+/// limits, for code that relies on them: then a view must also keep the
+/// number of dimensions and stay within the padded shape in every
+/// dimension. Errors say which rule refused.
+///
+/// ```
+/// use tensor_arena::{Arena, BufferSpec, HostDevice, Planner, ShapeRule};
+/// let mut p = Planner::new();
+/// let any = p.step::<f32>("any", &[4, 16])?;
+/// let dims = p.declare::<f32>(BufferSpec::of::<f32>("dims", &[4, 16]).shape_rule(ShapeRule::Dims))?;
+/// let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
+/// arena.step(|s| {
+///     assert!(s.lease(any)?.with_shape(&[2, 32]).is_ok()); // 64 elements fit
+///     let err = s.lease(dims)?.with_shape(&[2, 32]).unwrap_err();
+///     assert!(err.to_string().contains("per-dimension"), "{err}");
+///     Ok::<_, tensor_arena::Error>(())
+/// })?;
+/// # Ok::<(), tensor_arena::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShapeRule {
+    /// A view fits when its element count fits the padded capacity (the
+    /// default).
+    #[default]
+    Elements,
+    /// Also per dimension: same number of dimensions as the declared
+    /// shape, and no dimension beyond the padded one.
+    Dims,
+}
+
+impl ShapeRule {
+    /// Lower-case name, as used in spec files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ShapeRule::Elements => "elements",
+            ShapeRule::Dims => "dims",
+        }
+    }
+
+    /// Parses a name written by [`ShapeRule::name`].
+    pub fn from_name(name: &str) -> Option<ShapeRule> {
+        [ShapeRule::Elements, ShapeRule::Dims]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
+}
+
+/// Checks a view shape under `rule` for a buffer of `capacity` elements
+/// (padded shape `padded`): 1 to [`MAX_DIMS`] dimensions, an element count
+/// that neither overflows nor exceeds the capacity, and, for
+/// [`ShapeRule::Dims`], the padded shape's number of dimensions and no
+/// dimension beyond it. Returns the element count. Shared by every lease
+/// type, so they all refuse the same shapes with the same messages.
+pub(crate) fn check_view(
+    buffer: &str,
+    shape: &[usize],
+    capacity: usize,
+    padded: &[usize],
+    rule: ShapeRule,
+) -> Result<usize> {
+    let elements = view_elements(buffer, shape, capacity, padded)?;
+    if rule == ShapeRule::Dims {
+        check_dims(buffer, shape, padded)?;
+    }
+    Ok(elements)
+}
+
+/// The per-dimension part of [`ShapeRule::Dims`]: same rank as `padded`,
+/// no dimension beyond it.
+pub(crate) fn check_dims(buffer: &str, shape: &[usize], padded: &[usize]) -> Result<()> {
+    let bad = if shape.len() != padded.len() {
+        Some(None)
+    } else {
+        shape.iter().zip(padded).position(|(s, p)| s > p).map(Some)
+    };
+    match bad {
+        None => Ok(()),
+        Some(dim) => Err(Error::ViewExceedsDims {
+            buffer: buffer.to_owned(),
+            shape: shape.to_vec(),
+            padded: padded.to_vec(),
+            dim,
+        }),
+    }
+}
+
+/// Checks a view shape by the element-count rule alone (see
+/// [`check_view`]).
 pub(crate) fn view_elements(
     buffer: &str,
     shape: &[usize],
@@ -280,6 +372,39 @@ mod tests {
             t.rounded("t", Rounding::Inner32),
             Err(Error::SizeOverflow { .. })
         ));
+    }
+
+    #[test]
+    fn one_rule_for_every_view() {
+        let padded = [4, 16];
+        // Element count: any shape whose count fits.
+        assert_eq!(
+            check_view("x", &[2, 32], 64, &padded, ShapeRule::Elements).unwrap(),
+            64
+        );
+        assert_eq!(
+            check_view("x", &[64], 64, &padded, ShapeRule::Elements).unwrap(),
+            64
+        );
+        let e = check_view("x", &[5, 16], 64, &padded, ShapeRule::Elements).unwrap_err();
+        assert!(matches!(e, Error::ViewTooLarge { elements: 80, .. }), "{e}");
+        assert!(e.to_string().contains("element-count rule"), "{e}");
+        // Per dimension, opted in: rank and every dimension.
+        check_view("x", &[4, 3], 64, &padded, ShapeRule::Dims).unwrap();
+        let e = check_view("x", &[2, 32], 64, &padded, ShapeRule::Dims).unwrap_err();
+        assert!(
+            matches!(e, Error::ViewExceedsDims { dim: Some(1), .. }),
+            "{e}"
+        );
+        let e = check_view("x", &[64], 64, &padded, ShapeRule::Dims).unwrap_err();
+        assert!(matches!(e, Error::ViewExceedsDims { dim: None, .. }), "{e}");
+        assert!(e.to_string().contains("number of dimensions"), "{e}");
+        // The element count is checked first, under both rules.
+        let e = check_view("x", &[5, 16], 64, &padded, ShapeRule::Dims).unwrap_err();
+        assert!(matches!(e, Error::ViewTooLarge { .. }), "{e}");
+        for r in [ShapeRule::Elements, ShapeRule::Dims] {
+            assert_eq!(ShapeRule::from_name(r.name()), Some(r));
+        }
     }
 
     #[test]

@@ -390,6 +390,10 @@ fn bernoulli_u8_makes_the_f32_decisions() {
             let mut host = vec![0f32; len];
             ops::bernoulli(&mut host, p, rng).unwrap();
             let want: Vec<u8> = host.iter().map(|&v| u8::from(v != 0.0)).collect();
+            // The host's own u8 path decides the same.
+            let mut host_u8 = vec![0u8; len];
+            ops::bernoulli(&mut host_u8, p, rng).unwrap();
+            assert_eq!(host_u8, want, "host u8 vs f32 decisions, len {len} p {p}");
             for (blocks, t) in tilings(len) {
                 let mut got = vec![7u8; len];
                 lib.reset();
@@ -441,6 +445,14 @@ fn apply_mask_u8_matches_host<T: Elem>() {
         for &s in scales {
             let mut want = x.clone();
             ops::apply_mask(&mut want, &as_t, s).unwrap();
+            // The host's own u8-mask path gives the same bits.
+            let mut want_u8 = x.clone();
+            ops::apply_mask(&mut want_u8, &mask, s).unwrap();
+            assert_same_bits(
+                &want_u8,
+                &want,
+                &format!("host u8 mask len {len} scale {s}"),
+            );
             for (blocks, t) in tilings(len) {
                 let what = format!(
                     "{entry} len {len} blocks {blocks} tile {} scale {s}",

@@ -389,6 +389,9 @@ fn the_ub_capacity_limits_the_real_kernels_exactly() {
                         let mut h = vec![f16::ONE; len];
                         lib.mul_scalar(entry, 2, &mut h, 2.0, &t)
                     }
+                    // Not in the list above (the u8 mask kernels have
+                    // their own tests).
+                    (Kernel::ApplyMaskU8 { .. }, _) => continue,
                 };
                 let report = lib.report();
                 if fits {
@@ -472,9 +475,10 @@ fn bf16_conversions_equal_the_half_crate() {
     );
 }
 
-/// Unified Buffer bytes the kernels not yet in `ub_footprint` reserve at
-/// tile length `t` (kernels/ascend/README.md): u8 masks and the bit-mask
-/// dropout pair. Every buffer is a whole number of 32-byte blocks.
+/// Unified Buffer bytes the u8-mask and bit-mask kernels reserve at tile
+/// length `t`, counted buffer by buffer (kernels/ascend/README.md), as an
+/// independent check of `ub_footprint` and of the kernels. Every buffer is a
+/// whole number of 32-byte blocks.
 fn unwired_footprint(entry: &str, t: u64) -> u64 {
     let lanes = (t / 32).div_ceil(8) * 8;
     let philox = 19 * 9 * lanes * 4 + lanes * 4 + 20 * lanes * 4;
@@ -559,4 +563,32 @@ fn the_u8_and_bitmask_kernels_need_exactly_their_documented_ub() {
         }
     }
     lib.set_ub_capacity(default);
+}
+
+#[test]
+fn ub_footprint_counts_the_u8_mask_kernels_buffer_by_buffer() {
+    let bern = Kernel::Bernoulli {
+        p: 0.5,
+        rng: tensor_arena::ops::RngState::new(1),
+    };
+    let apply = Kernel::ApplyMaskU8 { scale: 2.0 };
+    for t in [64u32, 1000, 4096] {
+        assert_eq!(
+            ub_footprint(&bern, DType::U8, t).unwrap(),
+            unwired_footprint("ta_bernoulli_u8", u64::from(t)),
+            "ta_bernoulli_u8 at {t}"
+        );
+        for (dtype, name) in [
+            (DType::F32, "f32"),
+            (DType::F16, "f16"),
+            (DType::BF16, "bf16"),
+        ] {
+            let entry = format!("ta_apply_mask_u8_{name}");
+            assert_eq!(
+                ub_footprint(&apply, dtype, t).unwrap(),
+                unwired_footprint(&entry, u64::from(t)),
+                "{entry} at {t}"
+            );
+        }
+    }
 }

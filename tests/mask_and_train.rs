@@ -1,6 +1,7 @@
-//! The main example, shortened: it learns, it is deterministic, and its
-//! steady-state steps allocate nothing (measured, not assumed); on the host
-//! and, with `--device ascend`, on the simulated Ascend runtime.
+//! The main example, shortened: it learns, it is deterministic, it
+//! evaluates in mode `eval` of the same arena, and its steady-state steps
+//! (training and evaluation) allocate nothing (measured, not assumed); on
+//! the host and, with `--device ascend`, on the simulated Ascend runtime.
 
 mod support;
 
@@ -12,6 +13,7 @@ mod backend;
 #[path = "../examples/mask_and_train/data.rs"]
 mod data;
 #[path = "../examples/mask_and_train/model.rs"]
+#[allow(dead_code)]
 mod model;
 #[path = "../examples/mask_and_train/naive.rs"]
 #[allow(dead_code)]
@@ -34,9 +36,19 @@ fn small(seed: u64, threads: usize) -> train::Config {
     cfg.sizes.max_len = 32;
     cfg.sizes.hidden = 32;
     cfg.log_every = 20;
+    // Held-out batches of 64, four times the training batch: 4 per pass
+    // over the 200 held-out sequences, a pass every 40 steps.
+    cfg.eval_every = 40;
+    cfg.eval_batch = 64;
     cfg.threads = threads;
     cfg.hyper.lr = 1e-2;
     cfg
+}
+
+/// Evaluation steps a run of `cfg` makes: passes times batches per pass.
+fn eval_steps(cfg: &train::Config) -> u64 {
+    let passes = cfg.steps.div_ceil(cfg.eval_every);
+    (passes * cfg.eval_samples.div_ceil(cfg.eval_batch)) as u64
 }
 
 #[test]
@@ -44,14 +56,30 @@ fn learns_deterministically_without_steady_state_allocation() -> tensor_arena::R
     let cfg = small(7, 1);
     let mut plan_text = String::new();
     let mut lines = Vec::new();
+    let mut evals = Vec::new();
     let a = train::train_arena(&cfg, |e| match e {
         train::Event::Plan(p) => plan_text = p.to_string(),
         train::Event::Progress(p) => lines.push((p.step, p.loss, p.accuracy, p.steps_per_sec)),
+        train::Event::Eval(e) => evals.push((e.step, e.samples, e.batch)),
     })?;
     assert!(
         plan_text.contains("dh") && plan_text.contains("backward"),
         "{plan_text}"
     );
+    // Both modes in one plan: the eval buffers share the training ones'
+    // bytes, and the slab is the persistent part plus the larger mode.
+    assert!(
+        plan_text.contains("modes: train (forward -> backward -> update), eval (forward)"),
+        "{plan_text}"
+    );
+    assert!(plan_text.contains("mode eval ") && plan_text.contains("mode train "));
+    assert!(plan_text.contains("input_keep_mask  u8"), "{plan_text}");
+    assert_eq!(
+        evals,
+        [(40, 200, 64), (80, 200, 64), (120, 200, 64), (160, 200, 64)]
+    );
+    assert_eq!(a.evals.len(), 4);
+    assert!(a.evals.windows(2).any(|w| w[1].1 < w[0].1), "{:?}", a.evals);
     let steps: Vec<usize> = lines.iter().map(|l| l.0).collect();
     assert_eq!(steps, (1..=8).map(|k| 20 * k).collect::<Vec<_>>());
     assert!(
@@ -60,8 +88,9 @@ fn learns_deterministically_without_steady_state_allocation() -> tensor_arena::R
             .all(|l| (0.0..=1.0).contains(&l.2) && l.3 > 0.0)
     );
     assert!(a.steps_per_sec > 0.0);
+    let steps = cfg.steps as u64 + eval_steps(&cfg);
     assert!(
-        a.memory_summary.contains("steps: 173"),
+        a.memory_summary.contains(&format!("steps: {steps};")),
         "{}",
         a.memory_summary
     );
@@ -81,8 +110,8 @@ fn learns_deterministically_without_steady_state_allocation() -> tensor_arena::R
     );
     assert!(a.eval_loss < a.first_loss, "held-out loss {}", a.eval_loss);
 
-    // Measured over every step after the first.
-    assert_eq!(a.steady_steps, cfg.steps as u64 - 1);
+    // Measured over every step after the first, training and evaluation.
+    assert_eq!(a.steady_steps, cfg.steps as u64 - 1 + eval_steps(&cfg));
     assert_eq!(
         a.steady_heap_allocs, 0,
         "host heap allocations in steady steps"
@@ -161,7 +190,7 @@ fn the_step_runs_on_the_simulated_npu_and_matches_the_host() -> tensor_arena::Re
         "host heap allocations in steady steps"
     );
     // Every step ran on the device: our kernels and the aclnn operators.
-    let steps = cfg.steps as u64 + 13;
+    let steps = cfg.steps as u64 + eval_steps(&cfg);
     assert!(
         s.counter("kernel_launches") >= 4 * cfg.steps as u64,
         "{}",
@@ -197,6 +226,16 @@ fn the_step_runs_on_the_simulated_npu_and_matches_the_host() -> tensor_arena::Re
         .fold(0.0f32, f32::max);
     assert!(worst < 1e-5, "largest weight difference {worst}");
     assert!((host.eval_accuracy - npu.eval_accuracy).abs() <= 0.01);
+    assert_eq!(host.evals.len(), npu.evals.len());
+    for (h, a) in host.evals.iter().zip(&npu.evals) {
+        assert_eq!(h.0, a.0);
+        assert!(
+            (h.1 - a.1).abs() <= 1e-4 * h.1,
+            "eval loss host {} vs ascend {}",
+            h.1,
+            a.1
+        );
+    }
 
     let runtime = backend.runtime();
     drop(backend);

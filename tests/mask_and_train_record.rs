@@ -1,7 +1,8 @@
 //! The main example's `--record N` and `--specs FILE` paths, shortened: the
-//! plan learned from N recorded training steps holds every later step with
-//! zero allocation, the learned specs are the hand-written ones, and the
-//! training is bit for bit the hand-written path's.
+//! plan learned from N recorded training steps and one held-out pass holds
+//! every later step of both modes with zero allocation, the learned specs
+//! are the hand-written ones, and the training is bit for bit the
+//! hand-written path's: one model, written once, on both step types.
 
 #[path = "../examples/mask_and_train/backend.rs"]
 #[allow(dead_code)]
@@ -9,18 +10,17 @@ mod backend;
 #[path = "../examples/mask_and_train/data.rs"]
 mod data;
 #[path = "../examples/mask_and_train/model.rs"]
+#[allow(dead_code)]
 mod model;
 #[path = "../examples/mask_and_train/record_train.rs"]
 mod record_train;
-#[path = "../examples/mask_and_train/recorded.rs"]
-mod recorded;
 #[path = "../examples/mask_and_train/train.rs"]
 #[allow(dead_code)]
 mod train;
 
 use record_train::{Note, Source};
 use tensor_arena::record::SpecLifetime;
-use tensor_arena::{CountingAllocator, Plan, SpecSet};
+use tensor_arena::{CountingAllocator, DType, Plan, SpecSet};
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator;
@@ -33,8 +33,15 @@ fn small(seed: u64) -> train::Config {
     cfg.sizes.max_len = 32;
     cfg.sizes.hidden = 32;
     cfg.log_every = 20;
+    cfg.eval_every = 30;
+    cfg.eval_batch = 64;
     cfg.hyper.lr = 1e-2;
     cfg
+}
+
+/// Held-out batches per evaluation pass.
+fn eval_batches(cfg: &train::Config) -> u64 {
+    cfg.eval_samples.div_ceil(cfg.eval_batch) as u64
 }
 
 #[test]
@@ -58,11 +65,17 @@ fn a_plan_learned_from_recorded_steps_trains_like_the_hand_written_one() -> tens
         },
     )?;
 
-    // Learned once, from the first `record` steps; everything after is
-    // steady state and allocates nothing.
-    assert_eq!((stats.recorded_steps, stats.plans), (record as u64, 1));
+    // Learned once, from the first `record` training steps and one
+    // held-out pass; everything after is steady state, in both modes, and
+    // allocates nothing.
+    let probe = eval_batches(&cfg);
+    assert_eq!(
+        (stats.recorded_steps, stats.plans),
+        (record as u64 + probe, 1)
+    );
     assert!(stats.pool_allocations > 0 && stats.pool_requests > 0);
-    assert_eq!(rec.steady_steps, (cfg.steps - record) as u64);
+    let evals = (cfg.steps / cfg.eval_every) as u64 * probe;
+    assert_eq!(rec.steady_steps, (cfg.steps - record) as u64 + evals);
     assert_eq!(rec.steady_heap_allocs, 0, "heap allocations after freezing");
     assert_eq!(
         rec.steady_device_allocs, 0,
@@ -75,26 +88,53 @@ fn a_plan_learned_from_recorded_steps_trains_like_the_hand_written_one() -> tens
     let [(specs, steps)] = &learned[..] else {
         panic!("specs reported {} times", learned.len());
     };
-    assert_eq!(*steps, record as u64);
+    assert_eq!(*steps, record as u64 + probe);
     let (b, l, f, h) = (16, 32, cfg.sizes.features, cfg.sizes.hidden);
+    let eb = cfg.eval_batch;
     let phases = |first, last| SpecLifetime::Phases { first, last };
-    for (name, shape, lifetime) in [
-        ("x", vec![b * l, f], phases(0, 1)),
-        ("input_keep_mask", vec![b * l, f], phases(0, 0)),
-        ("h", vec![b * l, h], phases(0, 1)),
-        ("dh", vec![b * l, h], phases(1, 1)),
-        ("w1.grad", vec![f, h], phases(1, 2)),
-        ("token_mask", vec![b * l], phases(0, 1)),
-        ("onehot", vec![b, cfg.sizes.classes], phases(0, 1)),
-        ("logits", vec![b, cfg.sizes.classes], phases(0, 0)),
+    for (mode, name, shape, lifetime, dtype) in [
+        ("train", "x", vec![b * l, f], phases(0, 1), DType::F32),
+        (
+            "train",
+            "input_keep_mask",
+            vec![b * l, f],
+            phases(0, 0),
+            DType::U8,
+        ),
+        ("train", "h", vec![b * l, h], phases(0, 1), DType::F32),
+        ("train", "dh", vec![b * l, h], phases(1, 1), DType::F32),
+        ("train", "w1.grad", vec![f, h], phases(1, 2), DType::F32),
+        ("train", "token_mask", vec![b * l], phases(0, 1), DType::F32),
+        (
+            "train",
+            "onehot",
+            vec![b, cfg.sizes.classes],
+            phases(0, 1),
+            DType::F32,
+        ),
+        (
+            "train",
+            "logits",
+            vec![b, cfg.sizes.classes],
+            phases(0, 0),
+            DType::F32,
+        ),
+        ("eval", "x", vec![eb * l, f], phases(0, 0), DType::F32),
+        ("eval", "h", vec![eb * l, h], phases(0, 0), DType::F32),
     ] {
-        let e = specs.get(name).map(|e| (e.shape.clone(), e.lifetime));
-        assert_eq!(e, Some((shape, lifetime)), "{name}");
+        let e = specs
+            .get_in(Some(mode), name)
+            .map(|e| (e.shape.clone(), e.lifetime, e.dtype));
+        assert_eq!(e, Some((shape, lifetime, dtype)), "{mode} {name}");
     }
+    assert!(specs.get_in(Some("eval"), "input_keep_mask").is_none());
     let plan = &plans[0];
     let text = plan.to_string();
-    assert!(text.contains("recorded, 4 steps"), "{text}");
-    assert!(text.contains("16 of 29 learned by recording"), "{text}");
+    assert!(
+        text.contains(&format!("recorded, {} steps", record as u64 + probe)),
+        "{text}"
+    );
+    assert!(text.contains("23 of 36 learned by recording"), "{text}");
 
     // The hand-written specs give a plan of the same size, and the same
     // training, bit for bit.
@@ -119,7 +159,7 @@ fn a_plan_learned_from_recorded_steps_trains_like_the_hand_written_one() -> tens
         |_| {},
     )?;
     assert_eq!(stats.recorded_steps, 0);
-    assert_eq!(pre.steady_steps, cfg.steps as u64);
+    assert_eq!(pre.steady_steps, cfg.steps as u64 + evals);
     assert_eq!((pre.steady_heap_allocs, pre.steady_device_allocs), (0, 0));
     assert_eq!(pre.checksum.to_bits(), hand.checksum.to_bits());
     Ok(())
@@ -152,7 +192,7 @@ fn a_step_beyond_the_learned_plan_is_recorded_again() -> tensor_arena::Result<()
             e
         })
         .collect();
-    let short = SpecSet::new(short.phases().to_vec(), buffers)?;
+    let short = SpecSet::with_modes(short.phases().to_vec(), short.modes().to_vec(), buffers)?;
     let mut replans = Vec::new();
     let (run, stats) = record_train::train_recorded(
         &cfg,
@@ -165,10 +205,12 @@ fn a_step_beyond_the_learned_plan_is_recorded_again() -> tensor_arena::Result<()
         },
     )?;
     assert_eq!(stats.plans, 2, "{replans:?}");
-    assert_eq!(stats.recorded_steps, 1);
+    // The refused training step, recorded again, and a held-out pass.
+    assert_eq!(stats.recorded_steps, 1 + eval_batches(&cfg));
     assert!(
-        replans[0].contains("site 'x'")
-            && replans[0].contains("exceeds the recorded maximum [256, 32]"),
+        replans[0].contains("site 'x' in mode 'train'")
+            && replans[0].contains("exceeds the recorded maximum [256, 32]")
+            && replans[0].contains("element-count rule"),
         "{replans:?}"
     );
     // The refused step changed nothing: training matches the plain run.

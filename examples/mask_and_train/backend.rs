@@ -1,19 +1,23 @@
 //! The model's operations, once per backend. The model (`model.rs`) is
-//! written once against [`Backend`], so the host and the Ascend device run
-//! the same steps in the same order: the host computes each operation on
-//! slices of its slab (this file), the Ascend backend runs a CANN aclnn
-//! operator on the device for each (`ascend.rs`). The in-place kernels
-//! (bernoulli, mask, multiply, dropout) are lease methods and run on
-//! whichever device holds the slab.
+//! written once against [`Compute`], generic over the step type
+//! ([`StepScope`]): the host computes each operation on slices of its slab
+//! or of the recorder's pool (this file), the Ascend backend runs a CANN
+//! aclnn operator on the device for each (`ascend.rs`, through
+//! [`Backend`]). The in-place kernels (bernoulli, mask, multiply, dropout)
+//! are lease methods and run on whichever device holds the slab.
 
 use ndarray::Ix2;
-use tensor_arena::{HostDevice, Kernels, Lease, Result, Step};
+use tensor_arena::{HostDevice, Kernels, Lease, LeaseOf, LeaseOps, Result, Step, StepScope};
 
 use crate::model::Sizes;
 
 /// A leased f32 buffer on device `D`.
 pub type L<'s, D> = Lease<'s, f32, D>;
 
+/// The input mask's element type on the Ascend backend: u8, as on the host
+/// (`ta_bernoulli_u8`, `ta_apply_mask_u8_*`); a quarter of an f32 mask's
+/// bytes, the same decisions bit for bit.
+pub type AscendMask = u8;
 /// Adam's settings: AdamW with no weight decay, as `aclnnApplyAdamWV2`
 /// computes it.
 #[derive(Clone, Copy, Debug)]
@@ -24,7 +28,8 @@ pub struct AdamSettings {
     pub eps: f32,
 }
 
-/// Where the model runs.
+/// A device backend that runs planned steps: every operation on the
+/// device, given the arena step (the Ascend backend, `ascend.rs`).
 pub trait Backend {
     /// The device holding the arena.
     type Dev: Kernels + Clone;
@@ -142,8 +147,210 @@ pub trait Backend {
     ) -> Result<()>;
 }
 
-/// The host backend: every operation a loop over slices of the slab
-/// (matrix products through the allocation-free `ops::gemm`).
+/// What the training driver needs of a backend besides the step's
+/// operations: the device, a description, and the operators' workspace.
+pub trait Setup {
+    /// The device holding the arena.
+    type Dev: Kernels + Clone + 'static;
+    /// A handle to the device, for the arena.
+    fn device(&self) -> Self::Dev;
+    /// One line saying where the model runs.
+    fn describe(&self) -> String;
+    /// Device workspace the model's operators need at `sizes` (0: none).
+    fn workspace_bytes(&self, sizes: &Sizes) -> Result<usize>;
+    /// Tells the backend which planned buffer is its workspace.
+    fn bind_workspace(&self, workspace: Option<tensor_arena::Buffer<u8>>);
+}
+
+impl<B: Backend> Setup for B
+where
+    B::Dev: 'static,
+{
+    type Dev = B::Dev;
+    fn device(&self) -> B::Dev {
+        Backend::device(self)
+    }
+    fn describe(&self) -> String {
+        Backend::describe(self)
+    }
+    fn workspace_bytes(&self, sizes: &Sizes) -> Result<usize> {
+        Backend::workspace_bytes(self, sizes)
+    }
+    fn bind_workspace(&self, workspace: Option<tensor_arena::Buffer<u8>>) {
+        Backend::bind_workspace(self, workspace)
+    }
+}
+
+/// The leased f32 buffer of step type `S`.
+pub type T<'s, S> = LeaseOf<'s, S, f32>;
+
+/// The model's operations on the leases of step type `S` (a planned step
+/// or a recording one): what `model.rs` is written against.
+pub trait Compute<S: StepScope> {
+    /// The input mask's element type.
+    type Mask: tensor_arena::ops::MaskFor<f32>;
+    /// Writes `dst`'s values from the host.
+    fn upload(&self, dst: &mut T<'_, S>, fill: impl FnOnce(&mut [f32])) -> Result<()>;
+    /// Reads `src`'s values on the host.
+    fn download<R>(&self, src: &T<'_, S>, read: impl FnOnce(&[f32]) -> R) -> Result<R>;
+    /// `out = op(a) · op(b)`.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        s: &S,
+        a: &T<'_, S>,
+        ta: bool,
+        b: &T<'_, S>,
+        tb: bool,
+        out: &mut T<'_, S>,
+    ) -> Result<()>;
+    /// `h = relu(h + bias)`.
+    fn bias_relu(&self, s: &S, h: &mut T<'_, S>, bias: &T<'_, S>) -> Result<()>;
+    /// Mean pooling over each sample's real tokens.
+    #[allow(clippy::too_many_arguments)]
+    fn pool(
+        &self,
+        s: &S,
+        h: &mut T<'_, S>,
+        tokmask: &T<'_, S>,
+        inv_len: &T<'_, S>,
+        pooled: &mut T<'_, S>,
+        len: usize,
+    ) -> Result<()>;
+    /// The gradient of `pool`.
+    #[allow(clippy::too_many_arguments)]
+    fn unpool(
+        &self,
+        s: &S,
+        dpooled: &mut T<'_, S>,
+        tokmask: &T<'_, S>,
+        inv_len: &T<'_, S>,
+        dh: &mut T<'_, S>,
+        len: usize,
+    ) -> Result<()>;
+    /// `logits += bias`, then `probs = softmax(logits)` by rows.
+    fn bias_softmax(
+        &self,
+        s: &S,
+        logits: &mut T<'_, S>,
+        bias: &T<'_, S>,
+        probs: &mut T<'_, S>,
+    ) -> Result<()>;
+    /// `x -= y`.
+    fn sub(&self, s: &S, x: &mut T<'_, S>, y: &T<'_, S>) -> Result<()>;
+    /// `out[j] = Σ_rows m[row, j]`.
+    fn column_sums(&self, s: &S, m: &T<'_, S>, out: &mut T<'_, S>) -> Result<()>;
+    /// `out = h > 0 ? 1 : 0`.
+    fn relu_mask(&self, s: &S, h: &T<'_, S>, out: &mut T<'_, S>) -> Result<()>;
+    /// One AdamW step of `w` from gradient `g`.
+    #[allow(clippy::too_many_arguments)]
+    fn adam(
+        &self,
+        s: &S,
+        w: &mut T<'_, S>,
+        m: &mut T<'_, S>,
+        v: &mut T<'_, S>,
+        g: &T<'_, S>,
+        step: &T<'_, S>,
+        a: &AdamSettings,
+    ) -> Result<()>;
+}
+
+/// A device backend ([`Backend`], the Ascend one) runs planned steps.
+impl<'a, B: Backend> Compute<Step<'a, B::Dev>> for B {
+    type Mask = AscendMask;
+    fn upload(&self, dst: &mut L<'_, B::Dev>, fill: impl FnOnce(&mut [f32])) -> Result<()> {
+        Backend::upload(self, dst, fill)
+    }
+    fn download<R>(&self, src: &L<'_, B::Dev>, read: impl FnOnce(&[f32]) -> R) -> Result<R> {
+        Backend::download(self, src, read)
+    }
+    fn matmul(
+        &self,
+        s: &Step<'a, B::Dev>,
+        a: &L<'_, B::Dev>,
+        ta: bool,
+        b: &L<'_, B::Dev>,
+        tb: bool,
+        out: &mut L<'_, B::Dev>,
+    ) -> Result<()> {
+        Backend::matmul(self, s, a, ta, b, tb, out)
+    }
+    fn bias_relu(
+        &self,
+        s: &Step<'a, B::Dev>,
+        h: &mut L<'_, B::Dev>,
+        bias: &L<'_, B::Dev>,
+    ) -> Result<()> {
+        Backend::bias_relu(self, s, h, bias)
+    }
+    fn pool(
+        &self,
+        s: &Step<'a, B::Dev>,
+        h: &mut L<'_, B::Dev>,
+        tokmask: &L<'_, B::Dev>,
+        inv_len: &L<'_, B::Dev>,
+        pooled: &mut L<'_, B::Dev>,
+        len: usize,
+    ) -> Result<()> {
+        Backend::pool(self, s, h, tokmask, inv_len, pooled, len)
+    }
+    fn unpool(
+        &self,
+        s: &Step<'a, B::Dev>,
+        dpooled: &mut L<'_, B::Dev>,
+        tokmask: &L<'_, B::Dev>,
+        inv_len: &L<'_, B::Dev>,
+        dh: &mut L<'_, B::Dev>,
+        len: usize,
+    ) -> Result<()> {
+        Backend::unpool(self, s, dpooled, tokmask, inv_len, dh, len)
+    }
+    fn bias_softmax(
+        &self,
+        s: &Step<'a, B::Dev>,
+        logits: &mut L<'_, B::Dev>,
+        bias: &L<'_, B::Dev>,
+        probs: &mut L<'_, B::Dev>,
+    ) -> Result<()> {
+        Backend::bias_softmax(self, s, logits, bias, probs)
+    }
+    fn sub(&self, s: &Step<'a, B::Dev>, x: &mut L<'_, B::Dev>, y: &L<'_, B::Dev>) -> Result<()> {
+        Backend::sub(self, s, x, y)
+    }
+    fn column_sums(
+        &self,
+        s: &Step<'a, B::Dev>,
+        m: &L<'_, B::Dev>,
+        out: &mut L<'_, B::Dev>,
+    ) -> Result<()> {
+        Backend::column_sums(self, s, m, out)
+    }
+    fn relu_mask(
+        &self,
+        s: &Step<'a, B::Dev>,
+        h: &L<'_, B::Dev>,
+        out: &mut L<'_, B::Dev>,
+    ) -> Result<()> {
+        Backend::relu_mask(self, s, h, out)
+    }
+    fn adam(
+        &self,
+        s: &Step<'a, B::Dev>,
+        w: &mut L<'_, B::Dev>,
+        m: &mut L<'_, B::Dev>,
+        v: &mut L<'_, B::Dev>,
+        g: &L<'_, B::Dev>,
+        step: &L<'_, B::Dev>,
+        a: &AdamSettings,
+    ) -> Result<()> {
+        Backend::adam(self, s, w, m, v, g, step, a)
+    }
+}
+
+/// The host backend: every operation a loop over slices of the slab, or of
+/// the recorder's pool while recording (matrix products through the
+/// allocation-free `ops::gemm`), for any step type on the host device.
 pub struct HostBackend {
     device: HostDevice,
 }
@@ -156,7 +363,7 @@ impl HostBackend {
     }
 }
 
-impl Backend for HostBackend {
+impl Setup for HostBackend {
     type Dev = HostDevice;
 
     fn device(&self) -> HostDevice {
@@ -172,24 +379,28 @@ impl Backend for HostBackend {
     }
 
     fn bind_workspace(&self, _workspace: Option<tensor_arena::Buffer<u8>>) {}
+}
 
-    fn upload(&self, dst: &mut L<'_, HostDevice>, fill: impl FnOnce(&mut [f32])) -> Result<()> {
+impl<S: StepScope<Device = HostDevice>> Compute<S> for HostBackend {
+    type Mask = u8;
+
+    fn upload(&self, dst: &mut T<'_, S>, fill: impl FnOnce(&mut [f32])) -> Result<()> {
         fill(dst.as_mut_slice());
         Ok(())
     }
 
-    fn download<R>(&self, src: &L<'_, HostDevice>, read: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    fn download<R>(&self, src: &T<'_, S>, read: impl FnOnce(&[f32]) -> R) -> Result<R> {
         Ok(read(src.as_slice()))
     }
 
     fn matmul(
         &self,
-        _s: &Step<'_, HostDevice>,
-        a: &L<'_, HostDevice>,
+        _s: &S,
+        a: &T<'_, S>,
         ta: bool,
-        b: &L<'_, HostDevice>,
+        b: &T<'_, S>,
         tb: bool,
-        out: &mut L<'_, HostDevice>,
+        out: &mut T<'_, S>,
     ) -> Result<()> {
         host::matmul(
             a.view::<Ix2>()?,
@@ -200,23 +411,18 @@ impl Backend for HostBackend {
         )
     }
 
-    fn bias_relu(
-        &self,
-        _s: &Step<'_, HostDevice>,
-        h: &mut L<'_, HostDevice>,
-        bias: &L<'_, HostDevice>,
-    ) -> Result<()> {
+    fn bias_relu(&self, _s: &S, h: &mut T<'_, S>, bias: &T<'_, S>) -> Result<()> {
         host::bias_relu(h.as_mut_slice(), bias.as_slice());
         Ok(())
     }
 
     fn pool(
         &self,
-        _s: &Step<'_, HostDevice>,
-        h: &mut L<'_, HostDevice>,
-        tokmask: &L<'_, HostDevice>,
-        inv_len: &L<'_, HostDevice>,
-        pooled: &mut L<'_, HostDevice>,
+        _s: &S,
+        h: &mut T<'_, S>,
+        tokmask: &T<'_, S>,
+        inv_len: &T<'_, S>,
+        pooled: &mut T<'_, S>,
         len: usize,
     ) -> Result<()> {
         let hd = pooled.shape()[1];
@@ -233,11 +439,11 @@ impl Backend for HostBackend {
 
     fn unpool(
         &self,
-        _s: &Step<'_, HostDevice>,
-        dpooled: &mut L<'_, HostDevice>,
-        tokmask: &L<'_, HostDevice>,
-        inv_len: &L<'_, HostDevice>,
-        dh: &mut L<'_, HostDevice>,
+        _s: &S,
+        dpooled: &mut T<'_, S>,
+        tokmask: &T<'_, S>,
+        inv_len: &T<'_, S>,
+        dh: &mut T<'_, S>,
         len: usize,
     ) -> Result<()> {
         let hd = dpooled.shape()[1];
@@ -254,53 +460,38 @@ impl Backend for HostBackend {
 
     fn bias_softmax(
         &self,
-        _s: &Step<'_, HostDevice>,
-        logits: &mut L<'_, HostDevice>,
-        bias: &L<'_, HostDevice>,
-        probs: &mut L<'_, HostDevice>,
+        _s: &S,
+        logits: &mut T<'_, S>,
+        bias: &T<'_, S>,
+        probs: &mut T<'_, S>,
     ) -> Result<()> {
         host::bias_softmax(logits.as_mut_slice(), bias.as_slice(), probs.as_mut_slice());
         Ok(())
     }
 
-    fn sub(
-        &self,
-        _s: &Step<'_, HostDevice>,
-        x: &mut L<'_, HostDevice>,
-        y: &L<'_, HostDevice>,
-    ) -> Result<()> {
+    fn sub(&self, _s: &S, x: &mut T<'_, S>, y: &T<'_, S>) -> Result<()> {
         host::sub(x.as_mut_slice(), y.as_slice());
         Ok(())
     }
 
-    fn column_sums(
-        &self,
-        _s: &Step<'_, HostDevice>,
-        m: &L<'_, HostDevice>,
-        out: &mut L<'_, HostDevice>,
-    ) -> Result<()> {
+    fn column_sums(&self, _s: &S, m: &T<'_, S>, out: &mut T<'_, S>) -> Result<()> {
         host::column_sums(m.as_slice(), out.as_mut_slice());
         Ok(())
     }
 
-    fn relu_mask(
-        &self,
-        _s: &Step<'_, HostDevice>,
-        h: &L<'_, HostDevice>,
-        out: &mut L<'_, HostDevice>,
-    ) -> Result<()> {
+    fn relu_mask(&self, _s: &S, h: &T<'_, S>, out: &mut T<'_, S>) -> Result<()> {
         host::relu_mask(h.as_slice(), out.as_mut_slice());
         Ok(())
     }
 
     fn adam(
         &self,
-        _s: &Step<'_, HostDevice>,
-        w: &mut L<'_, HostDevice>,
-        m: &mut L<'_, HostDevice>,
-        v: &mut L<'_, HostDevice>,
-        g: &L<'_, HostDevice>,
-        step: &L<'_, HostDevice>,
+        _s: &S,
+        w: &mut T<'_, S>,
+        m: &mut T<'_, S>,
+        v: &mut T<'_, S>,
+        g: &T<'_, S>,
+        step: &T<'_, S>,
         a: &AdamSettings,
     ) -> Result<()> {
         let t = step.as_slice()[0];
@@ -316,8 +507,7 @@ impl Backend for HostBackend {
     }
 }
 
-/// The host's arithmetic on plain slices, shared by [`HostBackend`] and the
-/// recorder-API model (`recorded.rs`), so both compute the same bits.
+/// The host's arithmetic on plain slices.
 pub mod host {
     use ndarray::{ArrayView2, ArrayViewMut2};
     use tensor_arena::Result;

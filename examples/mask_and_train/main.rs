@@ -1,7 +1,9 @@
 //! mask-and-train: the project's main job. Trains a real model (a token MLP
 //! with input masking, dropout, mean pooling and a linear head, on synthetic
 //! sequences of varying length) with every tensor of a step leased from a
-//! planned arena, and measures that steady-state steps allocate nothing.
+//! planned arena, evaluates it every few steps on larger held-out batches in
+//! mode `eval` of the same arena, and measures that steady-state steps of
+//! both modes allocate nothing.
 //!
 //! ```sh
 //! cargo run --release --example mask_and_train
@@ -16,7 +18,6 @@ mod data;
 mod model;
 mod naive;
 mod record_train;
-mod recorded;
 mod train;
 
 use std::path::PathBuf;
@@ -56,14 +57,17 @@ OPTIONS:
     --threads N      worker threads for the large kernels on the host (default 1;
                      results are bit-identical for any N)
     --log-every N    progress line every N steps (default 50)
+    --eval-every N   held-out evaluation every N steps, in mode eval of the same arena
+                     (default 100; also after the last step)
+    --eval-batch N   sequences per held-out batch (default 256)
     --checked        checked mode: guard bytes after every buffer, verified after
                      every lease, and poisoning of step-scoped buffers when their
                      lifetime ends (also TENSOR_ARENA_CHECKED=1)
     --naive          also run the same training written as an allocating loop
                      (new masks and temporaries every step) and compare step rates
-    --record N       host: learn the plan from the first N training steps (the model
-                     written against the recorder API, temporaries asked for by name)
-                     instead of the hand-written specs; print the learned specs
+    --record N       host: learn the plan from the first N training steps and one
+                     held-out pass (the same model on a recorder, temporaries asked
+                     for by name) instead of the hand-written specs; print them
     --save-specs F   with --record: write the learned specs to the TOML file F
     --specs F        host: plan from a spec file written by --save-specs (no recording)
     -h, --help       this text
@@ -80,6 +84,8 @@ struct Args {
     ascend_device: Option<i32>,
     threads: usize,
     log_every: usize,
+    eval_every: usize,
+    eval_batch: usize,
     naive: bool,
     checked: bool,
     record: Option<usize>,
@@ -99,6 +105,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
         ascend_device: None,
         threads: 1,
         log_every: 50,
+        eval_every: 100,
+        eval_batch: 256,
         naive: false,
         checked: std::env::var("TENSOR_ARENA_CHECKED").is_ok_and(|v| v == "1"),
         record: None,
@@ -118,6 +126,12 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
             "--seed" => a.seed = number("--seed", value("--seed")?)?,
             "--threads" => a.threads = number("--threads", value("--threads")?)? as usize,
             "--log-every" => a.log_every = number("--log-every", value("--log-every")?)? as usize,
+            "--eval-every" => {
+                a.eval_every = number("--eval-every", value("--eval-every")?)? as usize;
+            }
+            "--eval-batch" => {
+                a.eval_batch = number("--eval-batch", value("--eval-batch")?)? as usize;
+            }
             "--device" => a.device = value("--device")?,
             "--acl-lib" => a.acl_lib = Some(value("--acl-lib")?.into()),
             "--acl-dir" => a.acl_dir = Some(value("--acl-dir")?.into()),
@@ -137,8 +151,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
-    if a.steps == 0 || a.batch == 0 {
-        return Err("--steps and --batch must be at least 1".into());
+    if a.steps == 0 || a.batch == 0 || a.eval_every == 0 || a.eval_batch == 0 {
+        return Err("--steps, --batch, --eval-every and --eval-batch must be at least 1".into());
     }
     if a.record == Some(0) {
         return Err("--record needs at least 1 step".into());
@@ -169,7 +183,7 @@ fn per_step(total: u64, steps: u64) -> String {
     }
 }
 
-fn banner(cfg: &train::Config, backend: &impl backend::Backend) {
+fn banner(cfg: &train::Config, backend: &impl backend::Setup) {
     println!(
         "mask-and-train on {}: {} steps, batch <= {}, seed {}{}",
         backend.describe(),
@@ -184,6 +198,13 @@ fn line(p: &train::Progress) {
     println!(
         "step {:>5}  loss {:.4}  accuracy {:.3}  steps/s {:>8.1}",
         p.step, p.loss, p.accuracy, p.steps_per_sec
+    );
+}
+
+fn eval_line(e: &train::EvalLine) {
+    println!(
+        "eval after step {:>5}  loss {:.4}  accuracy {:.3}  ({} held-out sequences, batches of {}, mode eval)",
+        e.step, e.loss, e.accuracy, e.samples, e.batch
     );
 }
 
@@ -210,9 +231,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     cfg.threads = args.threads;
     cfg.checked = args.checked;
     cfg.log_every = args.log_every;
+    cfg.eval_every = args.eval_every;
+    cfg.eval_batch = args.eval_batch;
     let on = |event: train::Event<'_>| match event {
         train::Event::Plan(plan) => println!("{plan}"),
         train::Event::Progress(p) => line(p),
+        train::Event::Eval(e) => eval_line(e),
     };
     let report = match args.device.as_str() {
         "host" if args.record.is_some() || args.specs.is_some() => {
@@ -252,7 +276,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!(
-        "training loss {:.4} -> {:.4} (first -> last window); held-out loss {:.4}, accuracy {:.3} (chance {:.3})",
+        "training loss {:.4} -> {:.4} (first -> last window); last held-out loss {:.4}, accuracy {:.3} (chance {:.3})",
         report.first_loss,
         report.last_loss,
         report.eval_loss,
@@ -296,6 +320,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "device allocation calls over the whole run: {}",
         report.device_allocs
     );
+    // Counted over every steady-state step, training and evaluation.
     println!(
         "steady-state allocations per step: host heap {}, device {}",
         per_step(report.steady_heap_allocs, report.steady_steps),

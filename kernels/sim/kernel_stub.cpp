@@ -31,6 +31,7 @@
 #include <dlfcn.h>
 
 #include "tasim.h"
+#include "../ascend/ta_kernel_list.h"
 
 #ifndef TASIM_COMPILE_SOC
 #define TASIM_COMPILE_SOC "ascend910b2"
@@ -147,6 +148,19 @@ Fn Resolve(const char *symbol)
                       [&](Fn f) { return f(numBlocks, stream, x, p, seed, offset, totalLength, blockLength, tileLength); }); \
     }
 
+#define TASIM_RANDOM_BITS_STUB(kernel)                                                                             \
+    TASIM_EXPORT uint32_t aclrtlaunch_##kernel(uint32_t numBlocks, void *stream, void *x, void *bits, float p,    \
+                                               uint64_t seed, uint64_t offset, uint64_t totalLength,              \
+                                               uint64_t blockLength, uint32_t tileLength)                         \
+    {                                                                                                              \
+        using Fn = uint32_t (*)(uint32_t, void *, void *, void *, float, uint64_t, uint64_t, uint64_t, uint64_t,  \
+                                uint32_t);                                                                         \
+        static const Fn fn = Resolve<Fn>("aclrtlaunch_" #kernel);                                                 \
+        return Launch(fn, #kernel, [&](Fn f) {                                                                     \
+            return f(numBlocks, stream, x, bits, p, seed, offset, totalLength, blockLength, tileLength);          \
+        });                                                                                                        \
+    }
+
 #define TASIM_MASK_STUB(kernel)                                                                                    \
     TASIM_EXPORT uint32_t aclrtlaunch_##kernel(uint32_t numBlocks, void *stream, void *x, void *mask, float scale, \
                                                uint64_t totalLength, uint64_t blockLength, uint32_t tileLength)   \
@@ -177,21 +191,4 @@ Fn Resolve(const char *symbol)
                       [&](Fn f) { return f(numBlocks, stream, x, s, totalLength, blockLength, tileLength); });    \
     }
 
-TASIM_RANDOM_STUB(ta_bernoulli_f32)
-TASIM_RANDOM_STUB(ta_bernoulli_f16)
-TASIM_RANDOM_STUB(ta_bernoulli_bf16)
-TASIM_RANDOM_STUB(ta_dropout_f32)
-TASIM_RANDOM_STUB(ta_dropout_f16)
-TASIM_RANDOM_STUB(ta_dropout_bf16)
-TASIM_RANDOM_STUB(ta_dropout_backward_f32)
-TASIM_RANDOM_STUB(ta_dropout_backward_f16)
-TASIM_RANDOM_STUB(ta_dropout_backward_bf16)
-TASIM_MASK_STUB(ta_apply_mask_f32)
-TASIM_MASK_STUB(ta_apply_mask_f16)
-TASIM_MASK_STUB(ta_apply_mask_bf16)
-TASIM_BINARY_STUB(ta_mul_f32)
-TASIM_BINARY_STUB(ta_mul_f16)
-TASIM_BINARY_STUB(ta_mul_bf16)
-TASIM_SCALAR_STUB(ta_mul_scalar_f32)
-TASIM_SCALAR_STUB(ta_mul_scalar_f16)
-TASIM_SCALAR_STUB(ta_mul_scalar_bf16)
+TA_FOR_EACH_KERNEL(TASIM_RANDOM_STUB, TASIM_RANDOM_BITS_STUB, TASIM_MASK_STUB, TASIM_BINARY_STUB, TASIM_SCALAR_STUB)

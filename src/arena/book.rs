@@ -4,9 +4,11 @@
 
 use std::cell::Cell;
 
+use rustc_hash::FxHashMap;
+
 use crate::error::{Error, Result};
 use crate::plan::{LifetimeKind, Plan};
-use crate::shape::MAX_DIMS;
+use crate::shape::{MAX_DIMS, ShapeRule};
 
 /// What a lease needs to know about its buffer, copied out of the plan into
 /// one flat row so the hot path touches a single cache line or two.
@@ -24,13 +26,22 @@ pub(crate) struct Slot {
     pub index: u32,
     pub offset: usize,
     pub size: usize,
+    /// Bytes a live lease adds to the step-scoped active bytes: `size`,
+    /// or 0 for a persistent buffer (always allocated, counted apart), so
+    /// the hot path needs no branch.
+    pub counted: usize,
     pub capacity: usize,
     /// Bytes of the padded shape: guard bytes start right after.
     pub capacity_bytes: usize,
     pub elements: usize,
+    /// First and last timeline slot of its lifetime (a step-scoped buffer's
+    /// mode's slots for `Step`; every slot for `Persistent`).
     pub first: usize,
     pub last: usize,
     pub kind: LifetimeKind,
+    /// Its mode (`u16::MAX` for persistent buffers).
+    pub mode: u16,
+    pub rule: ShapeRule,
     /// Checked mode only: (lease number, step, phase) of the last lease.
     pub holder: Cell<(u64, u64, usize)>,
     pub ndim: u8,
@@ -45,12 +56,19 @@ pub(crate) struct Book {
     aliases: Box<[u32]>,
     /// Buffers with a phase span, checked when the step changes phase.
     spanned: Box<[u32]>,
-    /// Current phase of the open step.
+    /// Per mode: its step-scoped buffers by name (for `Step::temp`).
+    names: Box<[FxHashMap<Box<str>, u32>]>,
+    /// Persistent buffers by name.
+    persistent_names: FxHashMap<Box<str>, u32>,
+    /// Current timeline slot (phase) of the open step.
     pub phase: Cell<usize>,
+    /// Mode of the open step.
+    pub mode: Cell<u16>,
     pub counters: Counters,
 }
 
-/// Running totals behind [`ArenaStats`](crate::ArenaStats).
+/// Running totals behind [`ArenaStats`](crate::ArenaStats). Active bytes
+/// count step-scoped leases only (see `Slot::counted`).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub active_bytes: Cell<u64>,
@@ -98,6 +116,16 @@ impl Book {
             .filter(|&i| bufs[i].lifetime() == LifetimeKind::Phases)
             .map(|i| i as u32)
             .collect();
+        let mut names: Vec<FxHashMap<Box<str>, u32>> =
+            plan.modes().iter().map(|_| FxHashMap::default()).collect();
+        let mut persistent_names = FxHashMap::default();
+        for (i, b) in bufs.iter().enumerate() {
+            let map = match b.mode() {
+                Some(m) => &mut names[m],
+                None => &mut persistent_names,
+            };
+            map.insert(Box::from(b.name()), i as u32);
+        }
         let slots = bufs
             .iter()
             .enumerate()
@@ -113,12 +141,20 @@ impl Book {
                     index: i as u32,
                     offset: b.offset(),
                     size: b.size(),
+                    counted: if b.lifetime() == LifetimeKind::Persistent {
+                        0
+                    } else {
+                        b.size()
+                    },
                     capacity: b.capacity(),
                     capacity_bytes: b.bytes(),
                     elements: b.shape().elements(),
                     first,
                     last,
                     kind: b.lifetime(),
+                    // Modes fit in u16: the planner hands out u16 indices.
+                    mode: b.mode().map_or(u16::MAX, |m| m as u16),
+                    rule: b.shape_rule(),
                     holder: Cell::new((0, 0, 0)),
                     ndim: b.shape().len() as u8,
                     dims,
@@ -129,18 +165,35 @@ impl Book {
             slots,
             aliases: pairs.into_iter().map(|(_, j)| j).collect(),
             spanned,
+            names: names.into_boxed_slice(),
+            persistent_names,
             phase: Cell::new(0),
+            mode: Cell::new(0),
             counters: Counters::default(),
         }
     }
 
-    /// Marks buffer `index` leased, or says why it cannot be. `None` if the
-    /// index is not one of this book's buffers.
+    /// The buffer called `name` in mode `mode`: `Ok(index)` for one of its
+    /// step-scoped buffers, `Err(Some(index))` for a persistent buffer,
+    /// `Err(None)` when there is none. Hashes the name; allocates nothing.
     #[inline]
+    pub fn find(&self, mode: u16, name: &str) -> std::result::Result<usize, Option<usize>> {
+        match self.names.get(usize::from(mode)).and_then(|m| m.get(name)) {
+            Some(&i) => Ok(i as usize),
+            None => Err(self.persistent_names.get(name).map(|&i| i as usize)),
+        }
+    }
+
+    /// Marks buffer `index` leased, or says why it cannot be. `None` if the
+    /// index is not one of this book's buffers. Always inlined into the
+    /// lease (see `Step::lease`).
+    #[inline(always)]
     pub fn acquire(&self, plan: &Plan, index: usize) -> Option<Result<&Slot>> {
         let slot = self.slots.get(index)?;
         let phase = self.phase.get();
-        if slot.kind == LifetimeKind::Phases && (phase < slot.first || phase > slot.last) {
+        // Step-scoped buffers live in their mode's slots (all of them for
+        // `Step`), so one range check refuses other modes and other phases.
+        if slot.kind != LifetimeKind::Persistent && (phase < slot.first || phase > slot.last) {
             return Some(Err(self.outside_phase(plan, index)));
         }
         if slot.live.get() {
@@ -157,7 +210,7 @@ impl Book {
         }
         slot.live.set(true);
         let c = &self.counters;
-        let size = slot.size as u64;
+        let size = slot.counted as u64;
         let active = add(&c.active_bytes, size);
         c.peak_active_bytes
             .set(c.peak_active_bytes.get().max(active));
@@ -170,6 +223,15 @@ impl Book {
     #[cold]
     fn outside_phase(&self, plan: &Plan, index: usize) -> Error {
         let slot = &self.slots[index];
+        let mode = self.mode.get();
+        if slot.mode != mode {
+            return Error::WrongMode {
+                what: "buffer",
+                name: plan.buffers()[index].name().to_owned(),
+                mode: mode_name(plan, slot.mode),
+                step_mode: mode_name(plan, mode),
+            };
+        }
         let name = |i: usize| plan.phase_name(i).to_owned();
         Error::OutsidePhase {
             buffer: plan.buffers()[index].name().to_owned(),
@@ -193,7 +255,7 @@ impl Book {
     /// Ends the lease of buffer `index`.
     #[inline]
     pub fn release(&self, slot: &Slot) {
-        let size = slot.size;
+        let size = slot.counted;
         slot.live.set(false);
         let c = &self.counters;
         c.active_bytes.set(c.active_bytes.get() - size as u64);
@@ -246,11 +308,12 @@ impl Book {
         add(&self.counters.steps, 1);
     }
 
-    /// Leases handed out so far, and their slab bytes.
+    /// Leases handed out so far, and the slab bytes of the step-scoped
+    /// ones.
     pub fn totals(&self) -> (u64, u64) {
         self.slots.iter().fold((0, 0), |(n, bytes), s| {
             let k = s.leases.get();
-            (n + k, bytes + k * s.size as u64)
+            (n + k, bytes + k * s.counted as u64)
         })
     }
 
@@ -260,6 +323,13 @@ impl Book {
         let (lo, hi) = self.slots[index].alias;
         (hi - lo) as usize
     }
+}
+
+/// The name of mode `mode` of `plan`.
+pub(crate) fn mode_name(plan: &Plan, mode: u16) -> String {
+    plan.modes()
+        .get(usize::from(mode))
+        .map_or_else(|| "(none)".to_owned(), |m| m.name().to_owned())
 }
 
 #[cfg(test)]

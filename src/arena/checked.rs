@@ -39,6 +39,8 @@ impl ArenaOptions {
 
     /// Checked mode when the environment variable `TENSOR_ARENA_CHECKED`
     /// is set to `1`, so a run can be checked without changing code.
+    /// [`Arena::new`](crate::Arena::new) reads it; `Arena::with_options`
+    /// takes the options it is given.
     pub fn from_env() -> ArenaOptions {
         ArenaOptions {
             checked: std::env::var("TENSOR_ARENA_CHECKED").is_ok_and(|v| v == "1"),
@@ -71,17 +73,17 @@ impl<D: Device> Arena<D> {
         (start, slot.offset + slot.size - start)
     }
 
-    /// Arms every guard and poisons every step-scoped buffer (creation).
+    /// Poisons every step-scoped buffer and arms the persistent buffers'
+    /// guards (creation). A step-scoped buffer's guard is armed when it is
+    /// leased: until then its bytes may hold another buffer's data.
     pub(crate) fn arm_all(&self) {
         for slot in self.book.slots.iter() {
-            if slot.kind != LifetimeKind::Persistent {
-                self.fill(slot.offset, slot.capacity_bytes, &POISON_FILL);
+            if slot.kind == LifetimeKind::Persistent {
+                let (start, len) = Self::guard_range(slot);
+                self.fill(start, len, &GUARD_FILL);
+            } else {
+                self.fill(slot.offset, slot.size, &POISON_FILL);
             }
-        }
-        // Guards last: a buffer's guard may lie inside another's data.
-        for slot in self.book.slots.iter() {
-            let (start, len) = Self::guard_range(slot);
-            self.fill(start, len, &GUARD_FILL);
         }
     }
 
@@ -108,17 +110,23 @@ impl<D: Device> Arena<D> {
     }
 
     /// Poisons the buffers whose lifetime ends when the step goes from
-    /// phase `from` to `to` (`to == None`: the step ends).
+    /// phase `from` to `to` (`to == None`: the step ends, and with it every
+    /// step-scoped buffer of its mode).
     pub(crate) fn poison_ended(&self, from: usize, to: Option<usize>) {
+        let mode = self.book.mode.get();
         for slot in self.book.slots.iter() {
             let ended = match (slot.kind, to) {
                 (LifetimeKind::Persistent, _) => false,
-                (_, None) => true,
+                (_, None) => slot.mode == mode,
                 (LifetimeKind::Step, Some(_)) => false,
                 (LifetimeKind::Phases, Some(to)) => slot.last >= from && slot.last < to,
             };
             if ended {
-                self.fill(slot.offset, slot.capacity_bytes, &POISON_FILL);
+                // The whole slot, guard included: no live lease shares it
+                // (it was alive until now), the guard is re-armed by the
+                // next lease, and a larger buffer reusing these bytes must
+                // not read guard bytes as data.
+                self.fill(slot.offset, slot.size, &POISON_FILL);
             }
         }
     }

@@ -9,14 +9,15 @@ use crate::device::{Device, Region, Slab};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::plan::{Buffer, BufferId, PlannedBuffer};
-use crate::shape::{MAX_DIMS, view_elements};
+use crate::shape::{MAX_DIMS, check_view};
 
 /// A typed view of one planned buffer, valid until it is dropped or its step
 /// ends (the borrow checker enforces the latter).
 ///
 /// Its capacity is the padded shape; its current shape is any shape whose
-/// element count fits (like `resize_` in PyTorch), stored contiguously from
-/// the buffer's first element. Kernels and copies work on the current shape
+/// element count fits (like `resize_` in PyTorch; the one
+/// [`ShapeRule`](crate::ShapeRule)), stored contiguously from the buffer's
+/// first element. Kernels and copies work on the current shape
 /// only, never on the padding.
 ///
 /// On a host-accessible device the data is reachable as slices and ndarray
@@ -94,15 +95,18 @@ impl<'s, T: Element, D: Device> Lease<'s, T, D> {
     }
 
     /// Views the buffer with `shape`: any shape of 1 to [`MAX_DIMS`]
-    /// dimensions whose element count fits the capacity. Nothing is
-    /// allocated or moved; the data is reinterpreted in place.
+    /// dimensions whose element count fits the capacity (and, for a buffer
+    /// that opted in to [`ShapeRule::Dims`](crate::ShapeRule::Dims), within
+    /// the padded shape in every dimension). Nothing is allocated or moved;
+    /// the data is reinterpreted in place.
     pub fn set_shape(&mut self, shape: &[usize]) -> Result<()> {
         let planned = self.planned();
-        let elements = view_elements(
+        let elements = check_view(
             planned.name(),
             shape,
             self.slot.capacity,
             planned.padded_shape(),
+            self.slot.rule,
         )?;
         self.dims[..shape.len()].copy_from_slice(shape);
         self.ndim = shape.len() as u8;

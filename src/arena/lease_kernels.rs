@@ -5,7 +5,7 @@ use super::lease::Lease;
 use crate::device::{Kernels, Region};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ops::{Float, Kernel, RngState};
+use crate::ops::{Float, Kernel, MaskElement, MaskFor, RngState, apply_mask_kernel};
 
 /// What `dropout_` used, kept for the backward pass: replaying the same
 /// `(seed, offset)` regenerates the mask, so no mask buffer exists.
@@ -19,9 +19,11 @@ pub struct DropoutMask {
     pub len: usize,
 }
 
-impl<T: Float, D: Kernels> Lease<'_, T, D> {
+impl<T: MaskElement, D: Kernels> Lease<'_, T, D> {
     /// Fills the view with 1 (probability `p`) or 0, from the arena's random
     /// stream, and advances the stream. Returns the state it drew from.
+    /// Float leases get 1.0 / 0.0; `u8` leases get 1 / 0, the same
+    /// decisions in a quarter of an f32 mask's bytes.
     ///
     /// ```
     /// use tensor_arena::{Arena, HostDevice, Planner};
@@ -41,6 +43,24 @@ impl<T: Float, D: Kernels> Lease<'_, T, D> {
         self.random(|rng| Kernel::Bernoulli { p, rng })
     }
 
+    fn random(&mut self, make: impl FnOnce(RngState) -> Kernel) -> Result<RngState> {
+        let cell = &self.arena.rng;
+        let state = cell.get();
+        let next = state.advanced(self.len())?;
+        self.launch(&make(state), None)?;
+        cell.set(next);
+        Ok(state)
+    }
+
+    fn launch(&mut self, kernel: &Kernel, other: Option<Region>) -> Result<()> {
+        let arena = self.arena;
+        arena
+            .device
+            .launch(&arena.slab, kernel, T::DTYPE, self.region(), other)
+    }
+}
+
+impl<T: Float, D: Kernels> Lease<'_, T, D> {
     /// Fused dropout in place: each element is kept with probability
     /// `1 - p` and scaled by `1 / (1 - p)`, or set to 0. No mask is stored;
     /// keep the returned [`DropoutMask`] for
@@ -75,10 +95,30 @@ impl<T: Float, D: Kernels> Lease<'_, T, D> {
     }
 
     /// `x = mask != 0 ? x * scale : 0`, elementwise; `mask` has this view's
-    /// shape and element type.
-    pub fn apply_mask_(&mut self, mask: &Lease<'_, T, D>, scale: f32) -> Result<()> {
+    /// shape, and this lease's element type or `u8`.
+    ///
+    /// ```
+    /// use tensor_arena::{Arena, HostDevice, Planner};
+    /// let mut p = Planner::new();
+    /// let x = p.step::<f32>("x", &[64])?;
+    /// let keep = p.step::<u8>("keep", &[64])?; // 64 bytes instead of 256
+    /// let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
+    /// arena.step(|s| {
+    ///     let mut x = s.lease(x)?;
+    ///     x.as_mut_slice().fill(1.0);
+    ///     let mut keep = s.lease(keep)?;
+    ///     keep.bernoulli_(0.75)?;
+    ///     x.apply_mask_(&keep, 1.0 / 0.75)?;
+    ///     for (v, k) in x.as_slice().iter().zip(keep.as_slice()) {
+    ///         assert_eq!(*v, if *k == 1 { 1.0 / 0.75 } else { 0.0 });
+    ///     }
+    ///     Ok::<_, tensor_arena::Error>(())
+    /// })?;
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn apply_mask_<M: MaskFor<T>>(&mut self, mask: &Lease<'_, M, D>, scale: f32) -> Result<()> {
         let other = self.operand("apply_mask_", mask)?;
-        self.launch(&Kernel::ApplyMask { scale }, Some(other))
+        self.launch(&apply_mask_kernel::<M>(scale), Some(other))
     }
 
     /// `x = x * other`, elementwise; `other` has this view's shape.
@@ -93,15 +133,6 @@ impl<T: Float, D: Kernels> Lease<'_, T, D> {
     /// `x = x * s`.
     pub fn mul_scalar_(&mut self, s: f32) -> Result<()> {
         self.launch(&Kernel::MulScalar { s }, None)
-    }
-
-    fn random(&mut self, make: impl FnOnce(RngState) -> Kernel) -> Result<RngState> {
-        let cell = &self.arena.rng;
-        let state = cell.get();
-        let next = state.advanced(self.len())?;
-        self.launch(&make(state), None)?;
-        cell.set(next);
-        Ok(state)
     }
 
     fn operand<U: Element>(&self, op: &'static str, other: &Lease<'_, U, D>) -> Result<Region> {
@@ -122,12 +153,5 @@ impl<T: Float, D: Kernels> Lease<'_, T, D> {
             });
         }
         Ok(other.region())
-    }
-
-    fn launch(&mut self, kernel: &Kernel, other: Option<Region>) -> Result<()> {
-        let arena = self.arena;
-        arena
-            .device
-            .launch(&arena.slab, kernel, T::DTYPE, self.region(), other)
     }
 }

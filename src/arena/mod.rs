@@ -10,6 +10,7 @@ mod checked;
 mod host_view;
 mod lease;
 mod lease_kernels;
+mod scope;
 mod stats;
 mod step;
 
@@ -17,8 +18,10 @@ pub use crate::error::GuardViolation;
 pub use checked::{ArenaOptions, GUARD_BYTE, POISON_BYTE};
 pub use lease::Lease;
 pub use lease_kernels::DropoutMask;
+pub use scope::{LeaseOf, LeaseOps, Leases, Planned, StepScope};
 pub use stats::ArenaStats;
 pub use step::Step;
+pub(crate) use step::persistent_by_name;
 
 use std::cell::{Cell, RefCell};
 
@@ -28,7 +31,7 @@ use crate::device::{Device, Slab};
 use crate::dtype::Element;
 use crate::error::{Available, Error, Result};
 use crate::ops::RngState;
-use crate::plan::{Buffer, BufferId, Plan};
+use crate::plan::{Buffer, BufferId, Mode, Plan};
 
 /// Owns a plan, the one slab that holds it, and the lease state.
 ///
@@ -62,18 +65,21 @@ pub struct Arena<D: Device> {
 }
 
 impl<D: Device> Arena<D> {
-    /// Reserves the plan's slab on `device` with one allocation.
+    /// Reserves the plan's slab on `device` with one allocation, with the
+    /// options of the environment ([`ArenaOptions::from_env`]: checked mode
+    /// when `TENSOR_ARENA_CHECKED=1`).
     ///
     /// Fails with [`Error::OutOfMemory`], naming needed and free bytes, if
     /// the device reports less free memory than the plan needs; nothing is
     /// allocated in that case.
     pub fn new(device: D, plan: Plan) -> Result<Arena<D>> {
-        Arena::with_options(device, plan, ArenaOptions::default())
+        Arena::with_options(device, plan, ArenaOptions::from_env())
     }
 
-    /// [`Arena::new`] with options, such as checked mode
-    /// ([`ArenaOptions::checked`]): guard bytes verified after every lease
-    /// and step-scoped buffers poisoned when their lease ends.
+    /// [`Arena::new`] with explicit options, whatever the environment says,
+    /// such as checked mode ([`ArenaOptions::checked`]): guard bytes
+    /// verified after every lease and step-scoped buffers poisoned when
+    /// their lease ends; [`ArenaOptions::default`] for neither.
     pub fn with_options(device: D, plan: Plan, options: ArenaOptions) -> Result<Arena<D>> {
         let needed = plan.slab_bytes();
         if let Some(free) = device.free_memory()?
@@ -104,38 +110,122 @@ impl<D: Device> Arena<D> {
         Ok(arena)
     }
 
-    /// Opens a step and runs `f` in it. Leases made in `f` cannot escape it.
+    /// Opens a step of the default mode and runs `f` in it. Leases made in
+    /// `f` cannot escape it.
     pub fn step<R>(&mut self, f: impl FnOnce(&Step<'_, D>) -> R) -> R {
         let step = self.begin_step();
         f(&step)
     }
 
-    /// Opens a step held by a guard; the step ends when the guard drops.
+    /// Opens a step of `mode` and runs `f` in it: only persistent buffers
+    /// and the mode's own buffers can be leased, and only its phases
+    /// entered. Fails with [`Error::ForeignMode`] if `mode` comes from
+    /// another planner.
+    ///
+    /// ```
+    /// use tensor_arena::{Arena, HostDevice, Planner};
+    /// let mut p = Planner::new();
+    /// let eval = p.mode("eval")?;
+    /// let x = p.step_in::<f32>(eval, "x", &[256, 32])?;
+    /// let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
+    /// let n = arena.step_in(eval, |s| {
+    ///     let x = s.lease(x)?;
+    ///     Ok::<_, tensor_arena::Error>(x.len())
+    /// })?;
+    /// assert_eq!(n, 256 * 32);
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn step_in<R, E: From<Error>>(
+        &mut self,
+        mode: Mode,
+        f: impl FnOnce(&Step<'_, D>) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        let step = self.begin_step_in(mode)?;
+        f(&step)
+    }
+
+    /// Opens a step of the default mode held by a guard; the step ends
+    /// when the guard drops.
     pub fn begin_step(&mut self) -> Step<'_, D> {
-        self.book.phase.set(0);
+        self.open(0)
+    }
+
+    /// Opens a step of `mode` held by a guard (see [`Arena::step_in`]).
+    pub fn begin_step_in(&mut self, mode: Mode) -> Result<Step<'_, D>> {
+        if mode.planner != self.plan.id || mode.index() >= self.plan.modes().len() {
+            return Err(Error::ForeignMode {
+                index: mode.index(),
+                owner: "arena",
+            });
+        }
+        Ok(self.open(mode.index))
+    }
+
+    /// Opens a step of mode index `mode` (checked by the callers).
+    pub(crate) fn open(&mut self, mode: u16) -> Step<'_, D> {
+        let first = self
+            .plan
+            .modes()
+            .get(usize::from(mode))
+            .map_or(0, |m| m.first_slot());
+        self.book.mode.set(mode);
+        self.book.phase.set(first);
         self.book.clear_leaked();
         Step { arena: self }
     }
 
-    /// Copies `data` into the start of a buffer, outside any step (to load
-    /// weights, say). `data` may be shorter than the capacity.
+    /// Copies `data` into a buffer, outside any step (to load weights,
+    /// say). `data` must hold exactly the buffer's declared shape;
+    /// [`write_prefix`](Arena::write_prefix) copies fewer elements on
+    /// purpose.
+    ///
+    /// ```
+    /// use tensor_arena::{Arena, Error, HostDevice, Planner};
+    /// let mut p = Planner::new();
+    /// let w = p.persistent::<f32>("w", &[64, 64])?;
+    /// let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
+    /// assert!(matches!(arena.write(w, &[1.0; 10]), Err(Error::CopyLength { .. })));
+    /// arena.write(w, &vec![1.0; 64 * 64])?;
+    /// arena.write_prefix(w, &[2.0; 10])?; // the first 10 elements only
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
     pub fn write<T: Element>(&mut self, buffer: Buffer<T>, data: &[T]) -> Result<()> {
+        let offset = self.check_exact("write", buffer, data.len())?;
+        self.device
+            .write(&self.slab, offset, bytemuck::cast_slice(data))
+    }
+
+    /// Copies `data` into the first `data.len()` elements of a buffer,
+    /// outside any step: a partial [`write`](Arena::write), up to the
+    /// buffer's (padded) capacity.
+    pub fn write_prefix<T: Element>(&mut self, buffer: Buffer<T>, data: &[T]) -> Result<()> {
         let offset = self.check_copy(buffer, data.len())?;
         self.device
             .write(&self.slab, offset, bytemuck::cast_slice(data))
     }
 
-    /// Copies the start of a buffer into `out`, outside any step.
+    /// Copies a buffer into `out`, outside any step. `out` must hold
+    /// exactly the buffer's declared shape; see
+    /// [`read_prefix`](Arena::read_prefix).
     pub fn read<T: Element>(&mut self, buffer: Buffer<T>, out: &mut [T]) -> Result<()> {
+        let offset = self.check_exact("read", buffer, out.len())?;
+        self.device
+            .read(&self.slab, offset, bytemuck::cast_slice_mut(out))
+    }
+
+    /// Copies the first `out.len()` elements of a buffer into `out`,
+    /// outside any step: a partial [`read`](Arena::read), up to the
+    /// capacity.
+    pub fn read_prefix<T: Element>(&mut self, buffer: Buffer<T>, out: &mut [T]) -> Result<()> {
         let offset = self.check_copy(buffer, out.len())?;
         self.device
             .read(&self.slab, offset, bytemuck::cast_slice_mut(out))
     }
 
     /// Copies raw bytes into the start of buffer `id`, outside any step:
-    /// the untyped [`Arena::write`], for tools that move buffers whatever
-    /// their element type (checkpoints, the recorder). `bytes` may be
-    /// shorter than the buffer.
+    /// the untyped [`Arena::write_prefix`], for tools that move buffers
+    /// whatever their element type (checkpoints, the recorder). `bytes`
+    /// may be shorter than the buffer's capacity, never longer.
     ///
     /// ```
     /// use tensor_arena::{Arena, HostDevice, Planner};
@@ -164,6 +254,25 @@ impl<D: Device> Arena<D> {
     fn check_byte_copy(&self, id: BufferId, len: usize) -> Result<usize> {
         let size = self.plan.buffer(id)?.dtype().size();
         self.check_elements(id, len.div_ceil(size))
+    }
+
+    fn check_exact<T: Element>(
+        &self,
+        op: &'static str,
+        buffer: Buffer<T>,
+        elements: usize,
+    ) -> Result<usize> {
+        let b = self.plan.buffer(buffer.id)?;
+        if elements != b.shape().elements() {
+            return Err(Error::CopyLength {
+                op,
+                buffer: b.name().to_owned(),
+                given: elements,
+                expected: b.shape().elements(),
+                shape: b.shape().to_vec(),
+            });
+        }
+        Ok(b.offset())
     }
 
     fn check_copy<T: Element>(&self, buffer: Buffer<T>, elements: usize) -> Result<usize> {
@@ -241,6 +350,14 @@ impl<D: Device> Arena<D> {
         let (total_leases, leased_bytes) = self.book.totals();
         ArenaStats {
             reserved_bytes: self.slab.len() as u64,
+            slab_bytes: self.plan.slab_bytes() as u64,
+            persistent_bytes: self.plan.persistent_bytes() as u64,
+            persistent_buffers: self
+                .book
+                .slots
+                .iter()
+                .filter(|s| s.kind == crate::plan::LifetimeKind::Persistent)
+                .count() as u64,
             active_bytes: c.active_bytes.get(),
             peak_active_bytes: c.peak_active_bytes.get(),
             live_leases: c.live_leases.get(),
@@ -256,9 +373,12 @@ impl<D: Device> Arena<D> {
         }
     }
 
-    /// A table laid out like `torch_npu.npu.memory_summary()`.
+    /// A table laid out like `torch_npu.npu.memory_summary()`, with leases
+    /// called leases, persistent buffers counted as allocated, and the
+    /// plan's slab beside what the device reserved for it.
     pub fn memory_summary(&self) -> String {
-        self.stats().summary(self.device.name())
+        self.stats()
+            .summary(self.device.name(), self.device.reserve_rounding())
     }
 }
 

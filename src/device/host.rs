@@ -207,6 +207,10 @@ impl Device for HostDevice {
         Ok(())
     }
 
+    fn reserve_rounding(&self) -> &'static str {
+        "the host device backs slabs of 2 MiB or more with whole 2 MiB pages"
+    }
+
     fn counters(&self) -> DeviceCounters {
         let c = &self.counters;
         DeviceCounters {

@@ -6,8 +6,8 @@ use super::launch_checks::check_launch;
 use super::{Device, Kernels, Region, Slab};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::cpu_dispatch::run;
-use crate::ops::{Float, Kernel};
+use crate::ops::cpu_dispatch::{run, run_bytes};
+use crate::ops::{Float, Kernel, Operand};
 use half::{bf16, f16};
 
 /// Below this many elements a kernel runs on the calling thread: handing
@@ -32,8 +32,12 @@ impl Kernels for HostDevice {
             DType::F32 => self.run_typed::<f32>(slab, kernel, x, other),
             DType::F16 => self.run_typed::<f16>(slab, kernel, x, other),
             DType::BF16 => self.run_typed::<bf16>(slab, kernel, x, other),
+            DType::U8 => {
+                self.run_bytes(slab, kernel, x);
+                Ok(())
+            }
             // Refused by `check_launch`.
-            DType::I32 | DType::U8 => Ok(()),
+            DType::I32 => Ok(()),
         }
     }
 }
@@ -48,23 +52,55 @@ impl HostDevice {
     ) -> Result<()> {
         let n = x.len / std::mem::size_of::<T>();
         let base = slab.base();
+        let masked = matches!(kernel, Kernel::ApplyMaskU8 { .. });
         // SAFETY: both regions lie inside the live slab and are 64-byte
-        // aligned (checked above), which covers `T`'s alignment; the slab
-        // holds initialised host memory and `T: Pod` accepts any bits. The
-        // two regions do not overlap (checked above), and the caller (a
-        // lease method) holds the leases of both buffers, the written one
-        // exclusively, so no other reference to these bytes is live.
-        let (xs, os) = unsafe {
+        // aligned (checked above), which covers `T`'s alignment; `other`
+        // holds `n` elements of its type, `T` or (for a u8 mask) bytes
+        // (checked above). The slab holds initialised host memory and
+        // `T: Pod` and `u8` accept any bits. The two regions do not overlap
+        // (checked above), and the caller (a lease method) holds the leases
+        // of both buffers, the written one exclusively, so no other
+        // reference to these bytes is live.
+        let (xs, operand) = unsafe {
             let xs = std::slice::from_raw_parts_mut(base.add(x.offset).cast::<T>(), n);
-            let os = other
-                .map(|o| std::slice::from_raw_parts(base.add(o.offset).cast::<T>(), n) as &[T]);
-            (xs, os)
+            let operand = match other {
+                None => Operand::None,
+                Some(o) if masked => {
+                    Operand::Mask(std::slice::from_raw_parts(base.add(o.offset), n))
+                }
+                Some(o) => Operand::Same(std::slice::from_raw_parts(
+                    base.add(o.offset).cast::<T>(),
+                    n,
+                )),
+            };
+            (xs, operand)
         };
+        self.in_parts(xs, |xc, pos| {
+            run(kernel, xc, part_of(operand, pos, xc.len()), pos)
+        });
+        Ok(())
+    }
+
+    /// Bernoulli into a u8 mask (the only kernel that writes u8; others are
+    /// refused by `check_launch`).
+    fn run_bytes(&self, slab: &HostSlab, kernel: &Kernel, x: Region) {
+        // SAFETY: the region lies inside the live slab (checked by
+        // `check_launch`), which holds initialised host memory; the caller
+        // holds the buffer's lease exclusively, so this is the only
+        // reference to these bytes.
+        let xs = unsafe { std::slice::from_raw_parts_mut(slab.base().add(x.offset), x.len) };
+        self.in_parts(xs, |xc, pos| run_bytes(kernel, xc, pos));
+    }
+
+    /// Runs `f(chunk, position)` over `xs`: on the calling thread, or, for
+    /// large calls with workers, in disjoint chunks on the worker threads.
+    fn in_parts<E: Send + Copy>(&self, xs: &mut [E], f: impl Fn(&mut [E], usize) + Sync) {
+        let n = xs.len();
         match self.workers() {
             Some(workers) if n >= PARALLEL_THRESHOLD => {
                 let parts = workers.parts();
                 let chunk = n.div_ceil(parts).next_multiple_of(CHUNK_ALIGN);
-                let (xs_base, os) = (SendPtr(xs.as_mut_ptr()), os);
+                let xs_base = SendPtr(xs.as_mut_ptr());
                 workers.run(&|part| {
                     let pos = (part * chunk).min(n);
                     let len = chunk.min(n - pos);
@@ -73,13 +109,20 @@ impl HostDevice {
                     // sub-slice is unique; `xs` outlives `run`, which
                     // returns only after every part has finished.
                     let xc = unsafe { std::slice::from_raw_parts_mut(xs_base.get().add(pos), len) };
-                    let oc = os.map(|o| &o[pos..pos + len]);
-                    run(kernel, xc, oc, pos);
+                    f(xc, pos);
                 });
             }
-            _ => run(kernel, xs, os, 0),
+            _ => f(xs, 0),
         }
-        Ok(())
+    }
+}
+
+/// Elements `pos..pos + len` of a second operand.
+fn part_of<T>(o: Operand<'_, T>, pos: usize, len: usize) -> Operand<'_, T> {
+    match o {
+        Operand::None => Operand::None,
+        Operand::Same(v) => Operand::Same(&v[pos..pos + len]),
+        Operand::Mask(m) => Operand::Mask(&m[pos..pos + len]),
     }
 }
 

@@ -30,7 +30,7 @@ pub(crate) fn check_launch(
     } else {
         None
     };
-    let check_region = |r: Region| -> Result<()> {
+    let check_region = |r: Region, dtype: DType| -> Result<()> {
         let inside = r
             .offset
             .checked_add(r.len)
@@ -45,13 +45,15 @@ pub(crate) fn check_launch(
             )))
         }
     };
-    check_region(x)?;
+    check_region(x, dtype)?;
     if let Some(o) = other {
-        check_region(o)?;
-        if o.len != x.len {
+        let odt = kernel.operand_dtype(dtype);
+        check_region(o, odt)?;
+        if o.len / odt.size() != x.len / dtype.size() {
             return Err(bad(format!(
-                "operand lengths differ: {} and {} bytes",
-                x.len, o.len
+                "operand lengths differ: {} elements of {dtype} and {} of {odt}",
+                x.len / dtype.size(),
+                o.len / odt.size()
             )));
         }
         if x.offset < o.offset + o.len && o.offset < x.offset + x.len {
@@ -62,11 +64,12 @@ pub(crate) fn check_launch(
             });
         }
     }
-    match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => Ok(other),
-        DType::I32 | DType::U8 => Err(bad(format!(
-            "element type {dtype} is not supported; use f32, f16 or bf16"
-        ))),
+    if kernel.supports(dtype) {
+        Ok(other)
+    } else {
+        Err(bad(format!(
+            "element type {dtype} is not supported; use f32, f16 or bf16 (or u8 for a bernoulli_ mask)"
+        )))
     }
 }
 
@@ -136,6 +139,53 @@ mod tests {
             check_launch("d", 1024, &bad_p, DType::F32, X, None),
             Err(Error::InvalidProbability { .. })
         ));
+    }
+
+    #[test]
+    fn u8_masks_are_checked_by_element_count() {
+        let rng = RngState::new(1);
+        let bern = Kernel::Bernoulli { p: 0.5, rng };
+        let bytes = Region {
+            offset: 0,
+            len: 100,
+        };
+        assert_eq!(
+            check_launch("d", 1024, &bern, DType::U8, bytes, None).unwrap(),
+            None
+        );
+        // Only bernoulli writes u8; the others refuse it.
+        assert!(
+            check_launch(
+                "d",
+                1024,
+                &Kernel::MulScalar { s: 1.0 },
+                DType::U8,
+                bytes,
+                None
+            )
+            .is_err()
+        );
+        let k = Kernel::ApplyMaskU8 { scale: 2.0 };
+        let mask = Region {
+            offset: 512,
+            len: 64,
+        };
+        // 256 bytes of f32 are 64 elements: a 64-byte mask.
+        assert_eq!(
+            check_launch("d", 1024, &k, DType::F32, X, Some(mask)).unwrap(),
+            Some(mask)
+        );
+        let mask_f16 = Region {
+            offset: 512,
+            len: 128,
+        };
+        assert!(check_launch("d", 1024, &k, DType::F32, X, Some(mask_f16)).is_err());
+        assert_eq!(
+            check_launch("d", 1024, &k, DType::F16, X, Some(mask_f16)).unwrap(),
+            Some(mask_f16)
+        );
+        // The values must be floats.
+        assert!(check_launch("d", 1024, &k, DType::U8, X, Some(mask)).is_err());
     }
 
     #[test]

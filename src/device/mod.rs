@@ -94,6 +94,13 @@ pub trait Device {
 
     /// Allocation counters.
     fn counters(&self) -> DeviceCounters;
+
+    /// Why a slab this device reserves may be larger than the bytes asked
+    /// for, in words for reports (`memory_summary()`); empty when it never
+    /// is.
+    fn reserve_rounding(&self) -> &'static str {
+        ""
+    }
 }
 
 /// A device whose slab is ordinary host memory, so leases can hand out

@@ -1,10 +1,10 @@
 //! CPU-feature dispatch for the reference kernels: the same safe Rust
 //! compiled twice, for the baseline target and for AVX2, chosen at run time.
 
-use crate::ops::{Float, Kernel};
+use crate::ops::{Float, Kernel, Operand, random};
 
 /// Runs one chunk with the best code path the CPU supports.
-pub(crate) fn run<T: Float>(kernel: &Kernel, x: &mut [T], other: Option<&[T]>, pos: usize) {
+pub(crate) fn run<T: Float>(kernel: &Kernel, x: &mut [T], other: Operand<'_, T>, pos: usize) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2 (detected just above), the only
@@ -12,7 +12,36 @@ pub(crate) fn run<T: Float>(kernel: &Kernel, x: &mut [T], other: Option<&[T]>, p
         unsafe { run_avx2(kernel, x, other, pos) };
         return;
     }
-    kernel.run_chunk(x, other, pos);
+    kernel.run_chunk_with(random::portable, x, other, pos);
+}
+
+/// Runs one chunk of a kernel writing a `u8` buffer (bernoulli into a u8
+/// mask) with the best code path the CPU supports.
+pub(crate) fn run_bytes(kernel: &Kernel, x: &mut [u8], pos: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (detected just above), the only
+        // requirement of calling a function compiled for it.
+        unsafe { run_bytes_avx2(kernel, x, pos) };
+        return;
+    }
+    kernel.run_bytes_with(random::portable, x, pos);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn run_bytes_avx2(kernel: &Kernel, x: &mut [u8], pos: usize) {
+    use crate::ops::philox_avx2::{prepare, tile};
+    kernel.run_bytes_with(
+        #[inline(always)]
+        |key| {
+            let ks = prepare(key);
+            #[inline(always)]
+            move |first| tile(&ks, first)
+        },
+        x,
+        pos,
+    );
 }
 
 /// The same kernels compiled for AVX2, with the Philox tiles from
@@ -20,7 +49,7 @@ pub(crate) fn run<T: Float>(kernel: &Kernel, x: &mut [T], other: Option<&[T]>, p
 /// kernels multiply once and never add).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn run_avx2<T: Float>(kernel: &Kernel, x: &mut [T], other: Option<&[T]>, pos: usize) {
+fn run_avx2<T: Float>(kernel: &Kernel, x: &mut [T], other: Operand<'_, T>, pos: usize) {
     use crate::ops::philox_avx2::{prepare, tile};
     kernel.run_chunk_with(
         #[inline(always)]

@@ -5,6 +5,7 @@
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
+use super::{Kernel, Operand, cpu_dispatch};
 use crate::dtype::Element;
 
 /// Elements per tile when half types are widened to f32 (on the stack).
@@ -18,7 +19,7 @@ mod sealed {
 }
 
 /// An element type the kernels accept: `f32`, `f16` or `bf16`.
-pub trait Float: Element + sealed::Sealed {
+pub trait Float: MaskElement + sealed::Sealed {
     /// Runs `f` on `xs` widened to f32, in order, writing the results back.
     /// `f` receives each piece and its position in `xs`.
     fn map_f32(xs: &mut [Self], f: impl FnMut(&mut [f32], usize));
@@ -72,3 +73,59 @@ macro_rules! half_float {
 
 half_float!(f16);
 half_float!(bf16);
+
+mod mask_sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for u8 {}
+}
+
+/// An element type a mask can hold, which `bernoulli_` fills with 1 or 0:
+/// the float types (1.0 / 0.0) and `u8` (1 / 0, a quarter of an f32 mask's
+/// bytes). Both make the same decisions from the same stream.
+pub trait MaskElement: Element + mask_sealed::Sealed {
+    /// Runs a validated [`Kernel::Bernoulli`] over `out` on the host, with
+    /// the fastest code path the CPU supports.
+    #[doc(hidden)]
+    fn fill(kernel: &Kernel, out: &mut [Self]);
+}
+
+macro_rules! float_mask {
+    ($($t:ty),*) => {$(
+        impl MaskElement for $t {
+            fn fill(kernel: &Kernel, out: &mut [$t]) {
+                cpu_dispatch::run(kernel, out, Operand::None, 0);
+            }
+        }
+    )*};
+}
+float_mask!(f32, f16, bf16);
+
+impl MaskElement for u8 {
+    fn fill(kernel: &Kernel, out: &mut [u8]) {
+        cpu_dispatch::run_bytes(kernel, out, 0);
+    }
+}
+
+/// A mask type `apply_mask_` accepts for values of `T`: `T` itself, or a
+/// `u8` mask.
+pub trait MaskFor<T: Float>: MaskElement {
+    /// `x = mask != 0 ? x * scale : 0` on the host (lengths checked by the
+    /// caller).
+    #[doc(hidden)]
+    fn apply(x: &mut [T], mask: &[Self], scale: f32);
+}
+
+impl<T: Float> MaskFor<T> for T {
+    fn apply(x: &mut [T], mask: &[T], scale: f32) {
+        cpu_dispatch::run(&Kernel::ApplyMask { scale }, x, Operand::Same(mask), 0);
+    }
+}
+
+impl<T: Float> MaskFor<T> for u8 {
+    fn apply(x: &mut [T], mask: &[u8], scale: f32) {
+        cpu_dispatch::run(&Kernel::ApplyMaskU8 { scale }, x, Operand::Mask(mask), 0);
+    }
+}

@@ -7,7 +7,10 @@
 //!
 //! - `bernoulli(p)`: element = 1 where the stream's uniform `u < p`, else 0,
 //!   with `u = (word >> 8) * 2^-24` (`docs/rng.md#the-stream-layout`) and `p` an `f32` in `[0, 1]`;
-//! - `apply_mask(mask, scale)`: `x = mask != 0 ? x * scale : 0`;
+//!   into a float mask (1.0 / 0.0) or a `u8` mask (1 / 0, a quarter of an
+//!   f32 mask's bytes), with the same decisions for the same stream;
+//! - `apply_mask(mask, scale)`: `x = mask != 0 ? x * scale : 0`, the mask
+//!   of `x`'s type or `u8`;
 //! - `mul(y)`: `x = x * y`; `mul_scalar(s)`: `x = x * s`;
 //! - `dropout(p)`: with `q = 1 - p` and `scale = 1 / q` (both in f32),
 //!   `x = u < q ? x * scale : 0` — exactly `bernoulli(q)` into a mask
@@ -40,10 +43,11 @@ pub(crate) mod philox_avx2;
 mod random;
 mod rng;
 
-pub use float::Float;
+pub use float::{Float, MaskElement, MaskFor};
 pub use gemm::gemm;
 pub use rng::RngState;
 
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
 /// One in-place kernel call, described independently of any device, so
@@ -58,8 +62,15 @@ pub enum Kernel {
         /// Stream position of element 0.
         rng: RngState,
     },
-    /// `x = mask != 0 ? x * scale : 0`; the mask is the second operand.
+    /// `x = mask != 0 ? x * scale : 0`; the mask is the second operand,
+    /// of `x`'s element type.
     ApplyMask {
+        /// Factor for kept elements.
+        scale: f32,
+    },
+    /// `x = mask != 0 ? x * scale : 0` with a `u8` mask (one byte per
+    /// element of `x`) as the second operand.
+    ApplyMaskU8 {
         /// Factor for kept elements.
         scale: f32,
     },
@@ -85,16 +96,39 @@ impl Kernel {
     pub fn name(&self) -> &'static str {
         match self {
             Kernel::Bernoulli { .. } => "bernoulli_",
-            Kernel::ApplyMask { .. } => "apply_mask_",
+            Kernel::ApplyMask { .. } | Kernel::ApplyMaskU8 { .. } => "apply_mask_",
             Kernel::Mul => "mul_",
             Kernel::MulScalar { .. } => "mul_scalar_",
             Kernel::Dropout { .. } => "dropout_",
         }
     }
 
-    /// Whether the kernel reads a second operand of the same length.
+    /// Whether the kernel reads a second operand of the same element count.
     pub fn has_operand(&self) -> bool {
-        matches!(self, Kernel::ApplyMask { .. } | Kernel::Mul)
+        matches!(
+            self,
+            Kernel::ApplyMask { .. } | Kernel::ApplyMaskU8 { .. } | Kernel::Mul
+        )
+    }
+
+    /// The element type of the second operand when `x` holds `dtype`:
+    /// `u8` for [`Kernel::ApplyMaskU8`], `dtype` otherwise.
+    pub fn operand_dtype(&self, dtype: DType) -> DType {
+        match self {
+            Kernel::ApplyMaskU8 { .. } => DType::U8,
+            _ => dtype,
+        }
+    }
+
+    /// Whether the kernel runs on `x` of element type `dtype`: f32, f16 and
+    /// bf16 for every kernel; also u8 for [`Kernel::Bernoulli`] (a u8
+    /// mask).
+    pub fn supports(&self, dtype: DType) -> bool {
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => true,
+            DType::U8 => matches!(self, Kernel::Bernoulli { .. }),
+            DType::I32 => false,
+        }
     }
 
     /// Checks the kernel's parameters (probabilities in `[0, 1]`, not NaN).
@@ -114,10 +148,37 @@ impl Kernel {
     /// passes its position so random kernels read the right stream
     /// elements. Parameters must have been validated; `other` must be as
     /// long as `x` (extra elements are ignored, missing ones leave `x`
-    /// unchanged there).
+    /// unchanged there; [`Kernel::ApplyMaskU8`] takes its mask through
+    /// [`run_chunk_masked`](Kernel::run_chunk_masked)).
     #[inline(always)]
     pub fn run_chunk<T: Float>(&self, x: &mut [T], other: Option<&[T]>, pos: usize) {
+        let other = other.map_or(Operand::None, Operand::Same);
         self.run_chunk_with(random::portable, x, other, pos);
+    }
+
+    /// [`Kernel::run_chunk`] of [`Kernel::ApplyMaskU8`]: `mask` holds one
+    /// byte per element of `x`. Other kernels run as with no operand.
+    #[inline(always)]
+    pub fn run_chunk_masked<T: Float>(&self, x: &mut [T], mask: &[u8], pos: usize) {
+        self.run_chunk_with(random::portable, x, Operand::Mask(mask), pos);
+    }
+
+    /// [`Kernel::run_chunk`] into a `u8` buffer: [`Kernel::Bernoulli`]
+    /// writes 1 or 0 per byte, the decisions it writes as 1.0 / 0.0 into a
+    /// float buffer. Other kernels leave `x` unchanged (they have no u8
+    /// form; launches refuse them).
+    #[inline(always)]
+    pub fn run_chunk_bytes(&self, x: &mut [u8], pos: usize) {
+        self.run_bytes_with(random::portable, x, pos);
+    }
+
+    /// [`Kernel::run_chunk_bytes`] with the Philox tiles made by `tile`.
+    #[inline(always)]
+    pub(crate) fn run_bytes_with(&self, tile: impl random::TileFn, x: &mut [u8], pos: usize) {
+        if let Kernel::Bernoulli { p, rng } = *self {
+            let start = rng.offset.wrapping_add(pos as u64);
+            random::bernoulli_u8(tile, x, random::threshold(p), rng.seed, start);
+        }
     }
 
     /// [`Kernel::run_chunk`] with the Philox tiles made by `tile`, whose
@@ -130,10 +191,13 @@ impl Kernel {
         &self,
         tile: impl random::TileFn,
         x: &mut [T],
-        other: Option<&[T]>,
+        operand: Operand<'_, T>,
         pos: usize,
     ) {
-        let other = other.unwrap_or_default();
+        let other = match operand {
+            Operand::Same(o) => o,
+            _ => &[],
+        };
         match *self {
             Kernel::Bernoulli { p, rng } => {
                 let t = random::threshold(p);
@@ -166,6 +230,19 @@ impl Kernel {
                     |a, m| elementwise::apply_mask_f32(a, m, scale),
                 );
             }
+            Kernel::ApplyMaskU8 { scale } => {
+                let mask = match operand {
+                    Operand::Mask(m) => m,
+                    _ => &[],
+                };
+                // Only as far as the mask goes, as for the other operands.
+                let n = x.len().min(mask.len());
+                T::map_f32(
+                    &mut x[..n],
+                    #[inline(always)]
+                    |a, off| elementwise::apply_mask_u8_f32(a, &mask[off..off + a.len()], scale),
+                );
+            }
             Kernel::Mul => T::zip_map_f32(x, other, elementwise::mul_f32),
             Kernel::MulScalar { s } => T::map_f32(
                 x,
@@ -174,6 +251,17 @@ impl Kernel {
             ),
         }
     }
+}
+
+/// The second operand of a kernel call on the host.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Operand<'a, T> {
+    /// None (one-operand kernels).
+    None,
+    /// Of `x`'s element type.
+    Same(&'a [T]),
+    /// A u8 mask.
+    Mask(&'a [u8]),
 }
 
 fn check_lengths(op: &'static str, x: usize, other: usize) -> Result<()> {
@@ -190,17 +278,28 @@ fn check_lengths(op: &'static str, x: usize, other: usize) -> Result<()> {
 }
 
 /// Runs a validated kernel on whole slices with the fastest code path the
-/// CPU supports (the dispatch lives in `device`, which owns `unsafe`).
+/// CPU supports (`cpu_dispatch`).
 fn run<T: Float>(k: Kernel, x: &mut [T], other: Option<&[T]>) {
+    let other = other.map_or(Operand::None, Operand::Same);
     crate::ops::cpu_dispatch::run(&k, x, other, 0);
 }
 
 /// Fills `out` with bernoulli(`p`) draws from stream elements
-/// `rng.offset..rng.offset + out.len()`.
-pub fn bernoulli<T: Float>(out: &mut [T], p: f32, rng: RngState) -> Result<()> {
+/// `rng.offset..rng.offset + out.len()`: 1.0 / 0.0 in a float mask, 1 / 0
+/// in a `u8` mask, the same decisions either way.
+///
+/// ```
+/// use tensor_arena::ops::{self, RngState};
+/// let (mut f, mut b) = (vec![0f32; 64], vec![0u8; 64]);
+/// ops::bernoulli(&mut f, 0.3, RngState::new(5))?;
+/// ops::bernoulli(&mut b, 0.3, RngState::new(5))?;
+/// assert!(f.iter().zip(&b).all(|(&f, &b)| f == f32::from(b)));
+/// # Ok::<(), tensor_arena::Error>(())
+/// ```
+pub fn bernoulli<M: MaskElement>(out: &mut [M], p: f32, rng: RngState) -> Result<()> {
     let k = Kernel::Bernoulli { p, rng };
     k.validate()?;
-    run(k, out, None);
+    M::fill(&k, out);
     Ok(())
 }
 
@@ -213,11 +312,20 @@ pub fn dropout<T: Float>(x: &mut [T], p: f32, rng: RngState) -> Result<()> {
     Ok(())
 }
 
-/// `x = mask != 0 ? x * scale : 0`, elementwise.
-pub fn apply_mask<T: Float>(x: &mut [T], mask: &[T], scale: f32) -> Result<()> {
+/// `x = mask != 0 ? x * scale : 0`, elementwise; the mask is of `x`'s
+/// type or `u8`.
+pub fn apply_mask<T: Float, M: MaskFor<T>>(x: &mut [T], mask: &[M], scale: f32) -> Result<()> {
     check_lengths("apply_mask_", x.len(), mask.len())?;
-    run(Kernel::ApplyMask { scale }, x, Some(mask));
+    M::apply(x, mask, scale);
     Ok(())
+}
+
+/// The kernel `apply_mask_` launches for a mask of element type `M`.
+pub(crate) fn apply_mask_kernel<M: Element>(scale: f32) -> Kernel {
+    match M::DTYPE {
+        DType::U8 => Kernel::ApplyMaskU8 { scale },
+        _ => Kernel::ApplyMask { scale },
+    }
 }
 
 /// `x = x * y`, elementwise.
@@ -342,6 +450,48 @@ mod tests {
         let mut fm = vec![0f32; 300];
         bernoulli(&mut fm, 0.25, rng).unwrap();
         assert!(hm.iter().zip(&fm).all(|(h, f)| h.to_f32() == *f));
+    }
+
+    #[test]
+    fn u8_masks_make_the_f32_decisions() {
+        for (seed, offset, len, p) in [
+            (0u64, 0u64, 1usize, 0.5f32),
+            (1234, 3, 63, 0.9),
+            (7, u64::MAX - 100, 1000, 0.3),
+            (99, 1 << 40, 4097, 1.0 / 16_777_216.0),
+            (5, 5, 300, 1.0),
+            (5, 5, 300, 0.0),
+        ] {
+            let rng = RngState { seed, offset };
+            let mut f = vec![0f32; len];
+            bernoulli(&mut f, p, rng).unwrap();
+            let mut b = vec![7u8; len];
+            bernoulli(&mut b, p, rng).unwrap();
+            assert!(
+                f.iter().zip(&b).all(|(&f, &b)| f32::from(b) == f),
+                "seed {seed} offset {offset} p {p}"
+            );
+            let mut slow = vec![7u8; len];
+            Kernel::Bernoulli { p, rng }.run_chunk_bytes(&mut slow, 0);
+            assert_eq!(slow, b, "dispatched and portable u8 paths agree");
+            let x: Vec<f32> = (0..len).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let (mut by_f32, mut by_u8) = (x.clone(), x.clone());
+            apply_mask(&mut by_f32, &f, 1.25).unwrap();
+            apply_mask(&mut by_u8, &b, 1.25).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&by_f32), bits(&by_u8));
+            let xh: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+            let fh: Vec<bf16> = f.iter().map(|&v| bf16::from_f32(v)).collect();
+            let (mut hf, mut hu) = (xh.clone(), xh.clone());
+            apply_mask(&mut hf, &fh, 0.75).unwrap();
+            apply_mask(&mut hu, &b, 0.75).unwrap();
+            assert_eq!(hf, hu);
+        }
+        // Any non-zero byte keeps.
+        let mut x = [2f32; 3];
+        apply_mask(&mut x, &[0u8, 255, 1], 3.0).unwrap();
+        assert_eq!(x, [0.0, 6.0, 6.0]);
+        assert!(apply_mask(&mut x, &[1u8; 2], 1.0).is_err());
     }
 
     #[test]

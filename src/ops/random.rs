@@ -77,6 +77,24 @@ pub(crate) fn bernoulli_f32(tile: impl TileFn, out: &mut [f32], t: u32, seed: u6
     );
 }
 
+/// `out[i] = 1` where stream element `start + i` falls below `t`, else `0`:
+/// [`bernoulli_f32`]'s decisions, one byte each.
+#[inline(always)]
+pub(crate) fn bernoulli_u8(tile: impl TileFn, out: &mut [u8], t: u32, seed: u64, start: u64) {
+    for_each_tile(
+        tile,
+        seed,
+        start,
+        out.len(),
+        #[inline(always)]
+        |pos, words| {
+            for (o, &w) in out[pos..pos + words.len()].iter_mut().zip(words) {
+                *o = u8::from((w >> 8) < t);
+            }
+        },
+    );
+}
+
 /// `x[i] = x[i] * scale` where stream element `start + i` falls below `t`
 /// (kept), else `0.0`.
 #[inline(always)]

@@ -12,8 +12,8 @@ mod planner;
 mod report;
 mod spec;
 
-pub use planned::{LifetimeKind, PlacementSummary, Plan, PlannedBuffer};
+pub use planned::{LifetimeKind, PlacementSummary, Plan, PlannedBuffer, PlannedMode};
 pub(crate) use planner::next_owner_id;
-pub use planner::{DEFAULT_OFFSET_ALIGN, MIN_OFFSET_ALIGN, Planner, PlannerConfig};
-pub use report::{BufferReport, PlanReport};
-pub use spec::{Buffer, BufferId, BufferSpec, Lifetime, Phase};
+pub use planner::{DEFAULT_MODE, DEFAULT_OFFSET_ALIGN, MIN_OFFSET_ALIGN, Planner, PlannerConfig};
+pub use report::{BufferReport, ModeReport, PlanReport};
+pub use spec::{Buffer, BufferId, BufferSpec, Lifetime, Mode, Phase};

@@ -8,7 +8,7 @@ use super::planner::PlannerConfig;
 use super::spec::BufferId;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::shape::Shape;
+use crate::shape::{Shape, ShapeRule};
 
 /// How a planned buffer lives (the plan's own copy of the declared
 /// [`Lifetime`](crate::Lifetime), with phases resolved to indices).
@@ -36,6 +36,12 @@ pub struct PlannedBuffer {
     pub(crate) kind: LifetimeKind,
     pub(crate) first_phase: usize,
     pub(crate) last_phase: usize,
+    /// The buffer's mode (index into [`Plan::modes`]); `None` for
+    /// persistent buffers.
+    #[serde(skip)]
+    pub(crate) mode: Option<u16>,
+    #[serde(skip)]
+    pub(crate) rule: ShapeRule,
     /// Steps a recorder learned the spec from; `None` when declared by hand.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) recorded_steps: Option<u64>,
@@ -78,9 +84,23 @@ impl PlannedBuffer {
     pub fn lifetime(&self) -> LifetimeKind {
         self.kind
     }
-    /// First and last phase (inclusive) in which it is alive.
+    /// First and last slot (inclusive) of the plan's timeline in which it
+    /// is alive. The timeline runs mode after mode: a mode's phase `i` is
+    /// slot [`PlannedMode::first_slot`]` + i` (a mode without phases takes
+    /// one slot). With only the default mode, slots are phase indices.
     pub fn phases(&self) -> (usize, usize) {
         (self.first_phase, self.last_phase)
+    }
+
+    /// The mode of a step-scoped buffer (its index in [`Plan::modes`]);
+    /// `None` for a persistent buffer, which every mode shares.
+    pub fn mode(&self) -> Option<usize> {
+        self.mode.map(usize::from)
+    }
+
+    /// The shape rule its views are checked by.
+    pub fn shape_rule(&self) -> ShapeRule {
+        self.rule
     }
     /// Its time interval for placement: `[first, last + 1)` in phase units.
     pub fn interval(&self) -> Interval {
@@ -113,12 +133,89 @@ impl PlannedBuffer {
 pub struct Plan {
     pub(crate) id: u64,
     pub(crate) config: PlannerConfig,
-    pub(crate) phases: Vec<String>,
+    /// Every mode, the default one first.
+    pub(crate) modes: Vec<PlannedMode>,
     pub(crate) buffers: Vec<PlannedBuffer>,
     pub(crate) slab_bytes: usize,
     pub(crate) lower_bound: usize,
     pub(crate) persistent_bytes: usize,
     pub(crate) placement: PlacementSummary,
+}
+
+/// One mode of a [`Plan`]: its phases, where they sit on the plan's
+/// timeline, and what a step of the mode needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedMode {
+    pub(crate) name: String,
+    pub(crate) phases: Vec<String>,
+    pub(crate) first_slot: usize,
+    pub(crate) slots: usize,
+    pub(crate) footprint: usize,
+    pub(crate) lower_bound: usize,
+    pub(crate) buffers: usize,
+}
+
+impl PlannedMode {
+    pub(crate) fn new(name: &str, phases: Vec<String>, first_slot: usize, slots: usize) -> Self {
+        PlannedMode {
+            name: name.to_owned(),
+            phases,
+            first_slot,
+            slots,
+            footprint: 0,
+            lower_bound: 0,
+            buffers: 0,
+        }
+    }
+
+    /// The mode's name (`default` for the mode every planner starts with).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its phases, in order.
+    pub fn phases(&self) -> &[String] {
+        &self.phases
+    }
+
+    /// The timeline slot of its first phase.
+    pub fn first_slot(&self) -> usize {
+        self.first_slot
+    }
+
+    /// Timeline slots it takes: its number of phases, at least 1.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Whether timeline slot `slot` is one of this mode's.
+    pub fn contains_slot(&self, slot: usize) -> bool {
+        (self.first_slot..self.first_slot + self.slots).contains(&slot)
+    }
+
+    /// Slab bytes a step of this mode touches: from offset 0 (the
+    /// persistent buffers) to the end of its highest buffer.
+    pub fn footprint(&self) -> usize {
+        self.footprint
+    }
+
+    /// The persistent bytes plus the largest total of this mode's
+    /// step-scoped bytes alive at one time: no placement of the mode can
+    /// be smaller.
+    pub fn lower_bound(&self) -> usize {
+        self.lower_bound
+    }
+
+    /// Step-scoped buffers of the mode.
+    pub fn buffers(&self) -> usize {
+        self.buffers
+    }
+
+    /// Whether the mode has neither phases nor step-scoped buffers (the
+    /// default mode of a planner that declared modes of its own).
+    pub fn is_unused(&self) -> bool {
+        self.phases.is_empty() && self.buffers == 0
+    }
 }
 
 /// How a [`Plan`]'s offsets were found.
@@ -139,7 +236,7 @@ impl Plan {
     pub(crate) fn build(
         id: u64,
         config: PlannerConfig,
-        phases: Vec<String>,
+        mut modes: Vec<PlannedMode>,
         mut buffers: Vec<PlannedBuffer>,
     ) -> Result<Plan> {
         // If the sum of all sizes fits, every offset and height below does.
@@ -201,6 +298,21 @@ impl Plan {
             buffers[i].offset = persistent_bytes + off;
         }
         let slab_bytes = buffers.iter().map(|b| b.offset + b.size).max().unwrap_or(0);
+        for (m, mode) in modes.iter_mut().enumerate() {
+            let mine: Vec<&PlannedBuffer> = buffers
+                .iter()
+                .filter(|b| b.mode.map(usize::from) == Some(m))
+                .collect();
+            let intervals: Vec<Interval> = mine.iter().map(|b| b.interval()).collect();
+            mode.buffers = mine.len();
+            mode.lower_bound = persistent_bytes + placement::lower_bound(&intervals);
+            mode.footprint = mine
+                .iter()
+                .map(|b| b.offset + b.size)
+                .max()
+                .unwrap_or(0)
+                .max(persistent_bytes);
+        }
         let placement = PlacementSummary {
             greedy: solution.greedy,
             search_status: solution.search_status,
@@ -209,7 +321,7 @@ impl Plan {
         Ok(Plan {
             id,
             config,
-            phases,
+            modes,
             buffers,
             slab_bytes,
             lower_bound,
@@ -241,14 +353,34 @@ impl Plan {
         Ok(())
     }
 
-    /// Names of the declared phases, in order.
+    /// Names of the default mode's phases, in order: every phase, unless
+    /// modes were declared (see [`Plan::modes`]).
     pub fn phases(&self) -> &[String] {
-        &self.phases
+        self.modes.first().map_or(&[], |m| m.phases.as_slice())
     }
 
-    /// Name of phase `index`, or `"step"` when no phases were declared.
-    pub fn phase_name(&self, index: usize) -> &str {
-        self.phases.get(index).map_or("step", String::as_str)
+    /// Every mode, the default one first (it exists even when unused; see
+    /// [`PlannedMode::is_unused`]).
+    pub fn modes(&self) -> &[PlannedMode] {
+        &self.modes
+    }
+
+    /// The mode holding timeline slot `slot`.
+    pub(crate) fn mode_of_slot(&self, slot: usize) -> Option<&PlannedMode> {
+        self.modes.iter().find(|m| m.contains_slot(slot))
+    }
+
+    /// Whether modes were declared (beyond the default one).
+    pub fn has_modes(&self) -> bool {
+        self.modes.len() > 1
+    }
+
+    /// Name of the phase at timeline slot `slot` (`"step"` for the slot of
+    /// a mode without phases).
+    pub fn phase_name(&self, slot: usize) -> &str {
+        self.mode_of_slot(slot)
+            .and_then(|m| m.phases.get(slot - m.first_slot))
+            .map_or("step", String::as_str)
     }
 
     /// Bytes of the one slab the plan needs.
@@ -288,7 +420,9 @@ impl Plan {
             .sum()
     }
 
-    /// Slab size over lower bound (1.0 is a perfect packing).
+    /// Slab size over lower bound (1.0 is a perfect packing). With modes,
+    /// the slab is the persistent bytes plus the largest mode's share, and
+    /// the lower bound the largest mode's lower bound.
     pub fn footprint_ratio(&self) -> f64 {
         self.slab_bytes as f64 / self.lower_bound.max(1) as f64
     }

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::layout::{self, BufferLayout};
 use super::placement::Strategy;
-use super::planned::{LifetimeKind, Plan, PlannedBuffer};
-use super::spec::{Buffer, BufferId, BufferSpec, Lifetime, Phase};
+use super::planned::{LifetimeKind, Plan, PlannedBuffer, PlannedMode};
+use super::spec::{Buffer, BufferId, BufferSpec, Lifetime, Mode, Phase};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::shape::{Rounding, Shape};
@@ -52,8 +52,16 @@ pub(crate) fn next_owner_id() -> u64 {
     NEXT_PLANNER_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Collects phases and buffer specs, then assigns every buffer an offset in
-/// one slab.
+/// The name of the mode every planner starts with.
+pub const DEFAULT_MODE: &str = "default";
+
+/// Collects modes, phases and buffer specs, then assigns every buffer an
+/// offset in one slab.
+///
+/// Names: a mode's phases and step-scoped buffers have names unique within
+/// the mode (two modes may both have a `forward` phase and an `h` buffer);
+/// persistent buffers, which every mode shares, have names unique across
+/// all modes.
 ///
 /// ```
 /// use tensor_arena::{Lifetime, Planner};
@@ -74,15 +82,38 @@ pub(crate) fn next_owner_id() -> u64 {
 pub struct Planner {
     id: u64,
     config: PlannerConfig,
-    phases: Vec<String>,
+    /// Mode 0 is the default mode.
+    modes: Vec<ModeDecl>,
     specs: Vec<Declared>,
+    /// Names of persistent buffers (unique across every mode).
+    persistent_names: HashSet<String>,
+}
+
+/// A declared mode: its name, phases, and the names used in it.
+#[derive(Debug, Clone)]
+struct ModeDecl {
+    name: String,
+    phases: Vec<String>,
+    /// Phase and step-scoped buffer names of the mode.
     names: HashSet<String>,
+}
+
+impl ModeDecl {
+    fn new(name: &str) -> ModeDecl {
+        ModeDecl {
+            name: name.to_owned(),
+            phases: Vec::new(),
+            names: HashSet::new(),
+        }
+    }
 }
 
 /// A spec that passed validation, with its byte layout computed.
 #[derive(Debug, Clone)]
 struct Declared {
     spec: BufferSpec,
+    /// The buffer's mode; `None` for persistent buffers.
+    mode: Option<u16>,
     shape: Shape,
     layout: BufferLayout,
 }
@@ -100,9 +131,9 @@ impl Planner {
         Planner {
             id: next_owner_id(),
             config: PlannerConfig::default(),
-            phases: Vec::new(),
+            modes: vec![ModeDecl::new(DEFAULT_MODE)],
             specs: Vec::new(),
-            names: HashSet::new(),
+            persistent_names: HashSet::new(),
         }
     }
 
@@ -125,21 +156,98 @@ impl Planner {
         &self.config
     }
 
-    /// Declares the next phase of a step. Phases run in declaration order.
+    /// Declares a mode: a kind of step with its own phases and step-scoped
+    /// buffers, sharing the persistent ones (see [`Mode`]). Steps of a mode
+    /// open with [`Arena::step_in`](crate::Arena::step_in).
+    ///
+    /// ```
+    /// use tensor_arena::{Arena, HostDevice, Planner};
+    /// let mut p = Planner::new();
+    /// let train = p.mode("train")?;
+    /// let eval = p.mode("eval")?;
+    /// let fwd = p.phase_in(train, "forward")?;
+    /// let bwd = p.phase_in(train, "backward")?;
+    /// let w = p.persistent::<f32>("w", &[64, 64])?;
+    /// let h = p.span::<f32>("h", &[32, 64], fwd, bwd)?;
+    /// let eh = p.step_in::<f32>(eval, "h", &[256, 64])?; // a larger eval batch
+    /// let plan = p.plan()?;
+    /// // One slab: the persistent buffers plus the larger of the two modes.
+    /// let (t, e) = (&plan.modes()[1], &plan.modes()[2]);
+    /// assert_eq!(plan.slab_bytes(), t.footprint().max(e.footprint()));
+    /// let mut arena = Arena::new(HostDevice::new(), plan)?;
+    /// arena.step_in(eval, |s| {
+    ///     let _w = s.lease(w)?;
+    ///     let _h = s.lease(eh)?;
+    ///     assert!(s.lease(h).is_err()); // a train buffer in an eval step
+    ///     Ok::<_, tensor_arena::Error>(())
+    /// })?;
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn mode(&mut self, name: &str) -> Result<Mode> {
+        if name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if self.modes.iter().any(|m| m.name == name) {
+            return Err(Error::DuplicateName {
+                name: name.to_owned(),
+            });
+        }
+        let index = u16::try_from(self.modes.len()).map_err(|_| Error::SizeOverflow {
+            buffer: name.to_owned(),
+            shape: Vec::new(),
+            what: "the number of modes",
+            limit: u64::from(u16::MAX),
+        })?;
+        self.modes.push(ModeDecl::new(name));
+        Ok(Mode {
+            planner: self.id,
+            index,
+        })
+    }
+
+    /// The default mode: the one [`Arena::step`](crate::Arena::step) runs
+    /// in and [`phase`](Planner::phase) declares phases of.
+    pub fn default_mode(&self) -> Mode {
+        Mode {
+            planner: self.id,
+            index: 0,
+        }
+    }
+
+    /// Declares the next phase of a step of the default mode. Phases run in
+    /// declaration order.
     pub fn phase(&mut self, name: &str) -> Result<Phase> {
-        self.check_name(name)?;
-        let index = u16::try_from(self.phases.len()).map_err(|_| Error::SizeOverflow {
+        self.phase_in(self.default_mode(), name)
+    }
+
+    /// Declares the next phase of a step of `mode`.
+    pub fn phase_in(&mut self, mode: Mode, name: &str) -> Result<Phase> {
+        let m = self.mode_index(mode)?;
+        self.check_name(Some(m), name)?;
+        let decl = &mut self.modes[usize::from(m)];
+        let index = u16::try_from(decl.phases.len()).map_err(|_| Error::SizeOverflow {
             buffer: name.to_owned(),
             shape: Vec::new(),
             what: "the number of phases",
             limit: u64::from(u16::MAX),
         })?;
-        self.names.insert(name.to_owned());
-        self.phases.push(name.to_owned());
+        decl.names.insert(name.to_owned());
+        decl.phases.push(name.to_owned());
         Ok(Phase {
             planner: self.id,
+            mode: m,
             index,
         })
+    }
+
+    fn mode_index(&self, mode: Mode) -> Result<u16> {
+        if mode.planner != self.id || mode.index() >= self.modes.len() {
+            return Err(Error::ForeignMode {
+                index: mode.index(),
+                owner: "planner",
+            });
+        }
+        Ok(mode.index)
     }
 
     /// Declares a buffer of `T`. Fails, leaving the planner unchanged, if the
@@ -157,8 +265,8 @@ impl Planner {
 
     /// Declares a buffer whose element type is only known at run time.
     pub fn declare_dyn(&mut self, spec: BufferSpec) -> Result<BufferId> {
-        self.check_name(&spec.name)?;
-        self.check_lifetime(&spec)?;
+        let mode = self.mode_of(&spec)?;
+        self.check_name(mode, &spec.name)?;
         let shape = Shape::new(&spec.name, &spec.shape)?;
         let rounding = spec.rounding.unwrap_or(self.config.default_rounding);
         let padded = shape.rounded(&spec.name, rounding)?;
@@ -174,9 +282,13 @@ impl Planner {
             index,
             dtype: spec.dtype,
         };
-        self.names.insert(spec.name.clone());
+        match mode {
+            None => self.persistent_names.insert(spec.name.clone()),
+            Some(m) => self.modes[usize::from(m)].names.insert(spec.name.clone()),
+        };
         self.specs.push(Declared {
             spec,
+            mode,
             shape,
             layout,
         });
@@ -188,12 +300,27 @@ impl Planner {
         self.declare(BufferSpec::of::<T>(name, max_shape).lifetime(Lifetime::Persistent))
     }
 
-    /// Declares a buffer that lives for a whole step.
+    /// Declares a buffer that lives for a whole step of the default mode.
     pub fn step<T: Element>(&mut self, name: &str, max_shape: &[usize]) -> Result<Buffer<T>> {
         self.declare(BufferSpec::of::<T>(name, max_shape).lifetime(Lifetime::Step))
     }
 
-    /// Declares a buffer that lives in phases `first..=last` of each step.
+    /// Declares a buffer that lives for a whole step of `mode`.
+    pub fn step_in<T: Element>(
+        &mut self,
+        mode: Mode,
+        name: &str,
+        max_shape: &[usize],
+    ) -> Result<Buffer<T>> {
+        self.declare(
+            BufferSpec::of::<T>(name, max_shape)
+                .lifetime(Lifetime::Step)
+                .mode(mode),
+        )
+    }
+
+    /// Declares a buffer that lives in phases `first..=last` of each step
+    /// of their mode.
     pub fn span<T: Element>(
         &mut self,
         name: &str,
@@ -246,17 +373,33 @@ impl Planner {
         if self.specs.is_empty() {
             return Err(Error::EmptyPlan);
         }
-        let phase_count = self.phases.len().max(1);
+        // One timeline, mode after mode: every mode takes as many slots as
+        // it has phases (one when it has none), so buffers of different
+        // modes are never alive at the same time.
+        let mut modes = Vec::with_capacity(self.modes.len());
+        let mut next = 0;
+        for m in &self.modes {
+            let slots = m.phases.len().max(1);
+            modes.push(PlannedMode::new(&m.name, m.phases.clone(), next, slots));
+            next += slots;
+        }
+        let timeline = next;
         let buffers: Vec<PlannedBuffer> = self
             .specs
             .iter()
             .map(|d| {
-                let (kind, first, last) = match d.spec.lifetime {
-                    Lifetime::Persistent => (LifetimeKind::Persistent, 0, phase_count - 1),
-                    Lifetime::Step => (LifetimeKind::Step, 0, phase_count - 1),
-                    Lifetime::Phases { first, last } => {
-                        (LifetimeKind::Phases, first.index(), last.index())
+                let base = |m: Option<u16>| m.map_or(0, |m| modes[usize::from(m)].first_slot());
+                let (kind, first, last) = match (d.spec.lifetime, d.mode) {
+                    (Lifetime::Persistent, _) => (LifetimeKind::Persistent, 0, timeline - 1),
+                    (Lifetime::Step, m) => {
+                        let slots = m.map_or(1, |m| modes[usize::from(m)].slots());
+                        (LifetimeKind::Step, base(m), base(m) + slots - 1)
                     }
+                    (Lifetime::Phases { first, last }, m) => (
+                        LifetimeKind::Phases,
+                        base(m) + first.index(),
+                        base(m) + last.index(),
+                    ),
                 };
                 PlannedBuffer {
                     name: d.spec.name.clone(),
@@ -269,6 +412,8 @@ impl Planner {
                     kind,
                     first_phase: first,
                     last_phase: last,
+                    mode: d.mode,
+                    rule: d.spec.rule,
                     recorded_steps: d.spec.recorded_steps,
                 }
             })
@@ -277,14 +422,22 @@ impl Planner {
             strategy,
             ..self.config
         };
-        Plan::build(self.id, config, self.phases.clone(), buffers)
+        Plan::build(self.id, config, modes, buffers)
     }
 
-    fn check_name(&self, name: &str) -> Result<()> {
+    /// Checks that `name` is free: in mode `mode` (a phase or step-scoped
+    /// buffer: not used in the mode, not a persistent buffer), or, for a
+    /// persistent buffer (`None`), in no mode at all.
+    fn check_name(&self, mode: Option<u16>, name: &str) -> Result<()> {
         if name.is_empty() {
             return Err(Error::EmptyName);
         }
-        if self.names.contains(name) {
+        let taken = self.persistent_names.contains(name)
+            || match mode {
+                Some(m) => self.modes[usize::from(m)].names.contains(name),
+                None => self.modes.iter().any(|m| m.names.contains(name)),
+            };
+        if taken {
             return Err(Error::DuplicateName {
                 name: name.to_owned(),
             });
@@ -292,22 +445,53 @@ impl Planner {
         Ok(())
     }
 
-    fn check_lifetime(&self, spec: &BufferSpec) -> Result<()> {
-        let Lifetime::Phases { first, last } = spec.lifetime else {
-            return Ok(());
-        };
-        let name_of = |p: Phase| {
-            if p.planner == self.id {
-                self.phases
-                    .get(p.index())
-                    .cloned()
-                    .unwrap_or_else(|| format!("#{}", p.index))
-            } else {
-                format!("#{} of another planner", p.index)
+    /// The mode a spec's buffer lives in (`None`: persistent), checking its
+    /// mode and phase handles.
+    fn mode_of(&self, spec: &BufferSpec) -> Result<Option<u16>> {
+        match spec.lifetime {
+            Lifetime::Persistent => Ok(None),
+            Lifetime::Step => spec.mode.map_or(Ok(0), |m| self.mode_index(m)).map(Some),
+            Lifetime::Phases { first, last } => {
+                self.check_span(spec, first, last)?;
+                if let Some(m) = spec.mode {
+                    let m = self.mode_index(m)?;
+                    if m != first.mode {
+                        return Err(Error::PhaseOfAnotherMode {
+                            buffer: spec.name.clone(),
+                            mode: self.modes[usize::from(m)].name.clone(),
+                            phase: self.phase_label(first),
+                            phase_mode: self.modes[usize::from(first.mode)].name.clone(),
+                        });
+                    }
+                }
+                Ok(Some(first.mode))
             }
+        }
+    }
+
+    fn phase_label(&self, p: Phase) -> String {
+        if p.planner != self.id {
+            return format!("#{} of another planner", p.index);
+        }
+        self.modes
+            .get(usize::from(p.mode))
+            .and_then(|m| m.phases.get(p.index()))
+            .cloned()
+            .unwrap_or_else(|| format!("#{}", p.index))
+    }
+
+    fn check_span(&self, spec: &BufferSpec, first: Phase, last: Phase) -> Result<()> {
+        let known = |p: Phase| {
+            p.planner == self.id
+                && self
+                    .modes
+                    .get(usize::from(p.mode))
+                    .is_some_and(|m| p.index() < m.phases.len())
         };
-        let reason = if first.planner != self.id || last.planner != self.id {
+        let reason = if !known(first) || !known(last) {
             Some("a phase belongs to another planner")
+        } else if first.mode != last.mode {
+            Some("the phases belong to different modes")
         } else if first.index > last.index {
             Some("the first phase comes after the last")
         } else {
@@ -317,8 +501,8 @@ impl Planner {
             None => Ok(()),
             Some(reason) => Err(Error::InvalidPhaseSpan {
                 buffer: spec.name.clone(),
-                first: name_of(first),
-                last: name_of(last),
+                first: self.phase_label(first),
+                last: self.phase_label(last),
                 reason,
             }),
         }
@@ -395,6 +579,57 @@ mod tests {
             ..PlannerConfig::default()
         };
         assert_eq!(Planner::with_config(cfg).unwrap().config().offset_align, 64);
+    }
+
+    #[test]
+    fn names_are_scoped_by_mode() {
+        let mut p = Planner::new();
+        let train = p.mode("train").unwrap();
+        let eval = p.mode("eval").unwrap();
+        assert!(matches!(p.mode("eval"), Err(Error::DuplicateName { .. })));
+        assert!(matches!(
+            p.mode(DEFAULT_MODE),
+            Err(Error::DuplicateName { .. })
+        ));
+        let f1 = p.phase_in(train, "forward").unwrap();
+        let f2 = p.phase_in(eval, "forward").unwrap();
+        assert_eq!((f1.index(), f2.index()), (0, 0));
+        assert_eq!((f1.mode(), f2.mode()), (train, eval));
+        p.span::<f32>("h", &[4], f1, f1).unwrap();
+        p.span::<f32>("h", &[8], f2, f2).unwrap();
+        assert!(matches!(
+            p.span::<f32>("h", &[8], f2, f2),
+            Err(Error::DuplicateName { .. })
+        ));
+        // Persistent names are unique across every mode.
+        assert!(matches!(
+            p.persistent::<f32>("h", &[4]),
+            Err(Error::DuplicateName { .. })
+        ));
+        p.persistent::<f32>("w", &[4]).unwrap();
+        assert!(matches!(
+            p.step_in::<f32>(eval, "w", &[4]),
+            Err(Error::DuplicateName { .. })
+        ));
+        // Spans stay in one mode; a mode given must be the phases' mode.
+        let e = p.span::<f32>("x", &[4], f1, f2).unwrap_err();
+        assert!(e.to_string().contains("different modes"), "{e}");
+        let e = p
+            .declare::<f32>(
+                BufferSpec::of::<f32>("y", &[4])
+                    .lifetime(Lifetime::phase(f1))
+                    .mode(eval),
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::PhaseOfAnotherMode { .. }), "{e}");
+        let other = Planner::new().default_mode();
+        assert!(matches!(
+            p.step_in::<f32>(other, "z", &[4]),
+            Err(Error::ForeignMode { .. })
+        ));
+        let plan = p.plan().unwrap();
+        let modes: Vec<_> = plan.modes().iter().map(|m| m.name().to_owned()).collect();
+        assert_eq!(modes, ["default", "train", "eval"]);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::planned::{LifetimeKind, Plan, PlannedBuffer};
+use crate::shape::ShapeRule;
 use crate::units::format_bytes;
 
 /// One buffer's line of a [`PlanReport`].
@@ -24,19 +25,48 @@ pub struct BufferReport {
     pub slab_bytes: usize,
     /// Offset in the slab.
     pub offset: usize,
-    /// `persistent`, `step`, or `first..last` phase names.
+    /// `persistent`, `step`, or `first..last` phase names (of its mode).
     pub lifetime: String,
+    /// The mode of a step-scoped buffer, when modes were declared; absent
+    /// for persistent buffers (every mode shares them) and plans with only
+    /// the default mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// `dims` when the buffer opted in to per-dimension limits; absent for
+    /// the element-count rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shape_rule: Option<String>,
     /// Steps a [`Recorder`](crate::record::Recorder) learned the spec from;
     /// absent for specs declared by hand.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recorded_steps: Option<u64>,
 }
 
+/// One mode's line of a [`PlanReport`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModeReport {
+    /// The mode's name.
+    pub name: String,
+    /// Its phases, in order.
+    pub phases: Vec<String>,
+    /// Its step-scoped buffers.
+    pub buffers: usize,
+    /// Slab bytes a step of the mode touches (persistent buffers included).
+    pub footprint: usize,
+    /// Persistent bytes plus the mode's largest total of simultaneously
+    /// live step-scoped bytes.
+    pub lower_bound: usize,
+}
+
 /// A serialisable summary of a [`Plan`] (`serde_json::to_string(&plan.report())`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanReport {
-    /// Phase names in order.
+    /// Phase names of the default mode, in order.
     pub phases: Vec<String>,
+    /// Every declared mode with its footprint and lower bound (empty when
+    /// only the default mode exists).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub modes: Vec<ModeReport>,
     /// Every buffer in declaration order.
     pub buffers: Vec<BufferReport>,
     /// Bytes of the slab.
@@ -56,8 +86,24 @@ pub struct PlanReport {
 impl Plan {
     /// The structured report.
     pub fn report(&self) -> PlanReport {
+        let modes = if self.has_modes() {
+            self.modes
+                .iter()
+                .filter(|m| !m.is_unused())
+                .map(|m| ModeReport {
+                    name: m.name.clone(),
+                    phases: m.phases.clone(),
+                    buffers: m.buffers,
+                    footprint: m.footprint,
+                    lower_bound: m.lower_bound,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         PlanReport {
-            phases: self.phases.clone(),
+            phases: self.phases().to_vec(),
+            modes,
             buffers: self
                 .buffers
                 .iter()
@@ -70,6 +116,12 @@ impl Plan {
                     slab_bytes: b.size,
                     offset: b.offset,
                     lifetime: self.lifetime_label(b),
+                    mode: b
+                        .mode
+                        .filter(|_| self.has_modes())
+                        .and_then(|m| self.modes.get(usize::from(m)))
+                        .map(|m| m.name.clone()),
+                    shape_rule: (b.rule == ShapeRule::Dims).then(|| b.rule.name().to_owned()),
                     recorded_steps: b.recorded_steps,
                 })
                 .collect(),
@@ -87,7 +139,7 @@ impl Plan {
             LifetimeKind::Persistent => "persistent".to_owned(),
             LifetimeKind::Step => "step".to_owned(),
             LifetimeKind::Phases => {
-                let name = |i: usize| self.phases.get(i).map_or("?", String::as_str);
+                let name = |i: usize| self.phase_name(i);
                 if b.first_phase == b.last_phase {
                     name(b.first_phase).to_owned()
                 } else {
@@ -99,9 +151,12 @@ impl Plan {
 }
 
 impl fmt::Display for Plan {
-    /// A table: one line per buffer, then the slab totals. When some specs
-    /// were learned by a recorder, an `origin` column says which, and over
-    /// how many steps; plans declared by hand print without it.
+    /// A table: one line per buffer, then the slab totals. With modes, a
+    /// `mode` column and one line per mode with its footprint and lower
+    /// bound. When some buffers opted in to per-dimension limits, a `rule`
+    /// column says which. When some specs were learned by a recorder, an
+    /// `origin` column says which, and over how many steps; plans declared
+    /// by hand print without it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let report = self.report();
         let recorded = report
@@ -109,6 +164,8 @@ impl fmt::Display for Plan {
             .iter()
             .filter(|b| b.recorded_steps.is_some())
             .count();
+        let with_modes = !report.modes.is_empty();
+        let with_rules = report.buffers.iter().any(|b| b.shape_rule.is_some());
         let mut header = vec![
             "buffer",
             "dtype",
@@ -117,8 +174,14 @@ impl fmt::Display for Plan {
             "bytes",
             "slab bytes",
             "offset",
-            "lifetime",
         ];
+        if with_modes {
+            header.push("mode");
+        }
+        header.push("lifetime");
+        if with_rules {
+            header.push("rule");
+        }
         if recorded > 0 {
             header.push("origin");
         }
@@ -134,8 +197,18 @@ impl fmt::Display for Plan {
                     b.bytes.to_string(),
                     b.slab_bytes.to_string(),
                     b.offset.to_string(),
-                    b.lifetime.clone(),
                 ];
+                if with_modes {
+                    row.push(b.mode.clone().unwrap_or_else(|| "all".to_owned()));
+                }
+                row.push(b.lifetime.clone());
+                if with_rules {
+                    row.push(
+                        b.shape_rule
+                            .clone()
+                            .unwrap_or_else(|| "elements".to_owned()),
+                    );
+                }
                 if recorded > 0 {
                     row.push(origin_label(b.recorded_steps));
                 }
@@ -148,14 +221,26 @@ impl fmt::Display for Plan {
                 *w = (*w).max(cell.len());
             }
         }
-        let phases = if report.phases.is_empty() {
-            "none declared".to_owned()
+        let arrows = |phases: &[String]| {
+            if phases.is_empty() {
+                "none declared".to_owned()
+            } else {
+                phases.join(" -> ")
+            }
+        };
+        let timeline = if with_modes {
+            let modes: Vec<String> = report
+                .modes
+                .iter()
+                .map(|m| format!("{} ({})", m.name, arrows(&m.phases)))
+                .collect();
+            format!("modes: {}", modes.join(", "))
         } else {
-            report.phases.join(" -> ")
+            format!("phases: {}", arrows(&report.phases))
         };
         writeln!(
             f,
-            "plan: {} buffers; phases: {phases}; offsets aligned to {} B",
+            "plan: {} buffers; {timeline}; offsets aligned to {} B",
             rows.len(),
             report.offset_align
         )?;
@@ -188,6 +273,30 @@ impl fmt::Display for Plan {
             format_bytes(report.persistent_bytes as u64),
             format_bytes(report.padding_waste as u64),
         )?;
+        if with_modes {
+            let width = report.modes.iter().map(|m| m.name.len()).max().unwrap_or(0);
+            for m in &report.modes {
+                writeln!(
+                    f,
+                    "mode {:<width$}  {} step-scoped buffers; footprint {} ({} B); lower bound {} ({} B)",
+                    m.name,
+                    m.buffers,
+                    format_bytes(m.footprint as u64),
+                    m.footprint,
+                    format_bytes(m.lower_bound as u64),
+                    m.lower_bound,
+                )?;
+            }
+            if let Some(largest) = report.modes.iter().max_by_key(|m| m.footprint) {
+                writeln!(
+                    f,
+                    "the slab holds the persistent buffers ({}) and the largest mode, {} ({}); modes share the rest",
+                    format_bytes(report.persistent_bytes as u64),
+                    largest.name,
+                    format_bytes((largest.footprint - report.persistent_bytes) as u64),
+                )?;
+            }
+        }
         if recorded > 0 {
             // One recorder learns all its specs over the same steps; specs
             // merged from several sources may differ, so list each count.
@@ -245,6 +354,40 @@ mod tests {
             !text.contains("origin") && !text.contains("specs:"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn modes_get_a_column_and_a_line_each() {
+        let mut p = Planner::new();
+        let train = p.mode("train").unwrap();
+        let eval = p.mode("eval").unwrap();
+        let fwd = p.phase_in(train, "forward").unwrap();
+        let bwd = p.phase_in(train, "backward").unwrap();
+        let efwd = p.phase_in(eval, "forward").unwrap();
+        p.persistent::<f32>("w", &[64, 64]).unwrap();
+        p.span::<f32>("h", &[32, 64], fwd, bwd).unwrap();
+        p.span::<f32>("g", &[32, 64], bwd, bwd).unwrap();
+        p.span::<f32>("h", &[256, 64], efwd, efwd).unwrap();
+        let plan = p.plan().unwrap();
+        let text = plan.to_string();
+        assert!(
+            text.starts_with(
+                "plan: 4 buffers; modes: train (forward -> backward), eval (forward);"
+            ),
+            "{text}"
+        );
+        let header = text.lines().nth(1).unwrap();
+        assert!(header.contains("offset  mode   lifetime"), "{text}");
+        assert!(text.contains("mode train  2 step-scoped buffers"), "{text}");
+        assert!(text.contains("mode eval   1 step-scoped buffers"), "{text}");
+        assert!(text.contains("the largest mode, eval"), "{text}");
+        let json = serde_json::to_value(plan.report()).unwrap();
+        assert_eq!(json["modes"].as_array().map(Vec::len), Some(2));
+        assert_eq!(json["buffers"][3]["mode"], "eval");
+        assert!(json["buffers"][0].get("mode").is_none());
+        let eval_mode = &plan.modes()[2];
+        assert_eq!(plan.slab_bytes(), eval_mode.footprint());
+        assert_eq!(eval_mode.lower_bound(), eval_mode.footprint());
     }
 
     #[test]

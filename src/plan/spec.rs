@@ -4,35 +4,69 @@
 use std::marker::PhantomData;
 
 use crate::dtype::{DType, Element};
-use crate::shape::{Dims, Rounding};
+use crate::shape::{Dims, Rounding, ShapeRule};
+
+/// A kind of step (for example `train`, `eval`, `generate`), declared on
+/// the [`Planner`](crate::Planner) with [`mode`](crate::Planner::mode).
+///
+/// Each mode has its own phases and step-scoped buffers; persistent buffers
+/// belong to every mode. A step runs in one mode
+/// ([`Arena::step_in`](crate::Arena::step_in)), so step-scoped buffers of
+/// different modes are never alive together and may share slab bytes. A
+/// planner that declares no mode has one, the default mode (named
+/// `default`), which [`Arena::step`](crate::Arena::step) runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mode {
+    pub(crate) planner: u64,
+    pub(crate) index: u16,
+}
+
+impl Mode {
+    /// Position of the mode in declaration order; the default mode is 0.
+    pub fn index(self) -> usize {
+        usize::from(self.index)
+    }
+}
 
 /// A named point in a step's timeline (for example `forward`, `backward`,
-/// `update`), declared on the [`Planner`](crate::Planner) in order.
+/// `update`), declared on the [`Planner`](crate::Planner) in order, in one
+/// [`Mode`].
 ///
 /// Buffers whose phase spans do not intersect may share slab bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Phase {
     pub(crate) planner: u64,
+    pub(crate) mode: u16,
     pub(crate) index: u16,
 }
 
 impl Phase {
-    /// Position of the phase in declaration order (0-based).
+    /// Position of the phase in its mode, in declaration order (0-based).
     pub fn index(self) -> usize {
         usize::from(self.index)
+    }
+
+    /// The mode the phase belongs to.
+    pub fn mode(self) -> Mode {
+        Mode {
+            planner: self.planner,
+            index: self.mode,
+        }
     }
 }
 
 /// How long a buffer's contents must survive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Lifetime {
-    /// Lives for the whole run (weights, optimizer state). Never shares bytes.
+    /// Lives for the whole run (weights, optimizer state), in every mode.
+    /// Never shares bytes.
     Persistent,
-    /// Lives for a whole step; contents are not kept across steps.
+    /// Lives for a whole step of its mode ([`BufferSpec::mode`], the
+    /// default mode unless set); contents are not kept across steps.
     #[default]
     Step,
     /// Lives from the start of the first phase to the end of the last one
-    /// (inclusive) within each step.
+    /// (inclusive) within each step of their mode.
     Phases {
         /// First phase in which the buffer may be leased.
         first: Phase,
@@ -56,14 +90,15 @@ impl Lifetime {
     }
 }
 
-/// One buffer to plan: name, element type, largest shape, lifetime and
-/// rounding policy.
+/// One buffer to plan: name, element type, largest shape, lifetime, mode,
+/// rounding policy and shape rule.
 ///
 /// ```
-/// use tensor_arena::{BufferSpec, Lifetime, Rounding};
+/// use tensor_arena::{BufferSpec, Lifetime, Rounding, ShapeRule};
 /// let spec = BufferSpec::of::<f32>("logits", &[256, 10])
 ///     .lifetime(Lifetime::Step)
-///     .rounding(Rounding::Inner32);
+///     .rounding(Rounding::Inner32)
+///     .shape_rule(ShapeRule::Dims);
 /// assert_eq!(spec.name(), "logits");
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +108,10 @@ pub struct BufferSpec {
     pub(crate) shape: Dims,
     pub(crate) lifetime: Lifetime,
     pub(crate) rounding: Option<Rounding>,
+    /// The mode of a step-scoped buffer (`None`: the mode of its phases, or
+    /// the default mode).
+    pub(crate) mode: Option<Mode>,
+    pub(crate) rule: ShapeRule,
     /// Number of recorded steps the spec was learned from (`None`: declared
     /// by hand).
     pub(crate) recorded_steps: Option<u64>,
@@ -87,6 +126,8 @@ impl BufferSpec {
             shape: max_shape.iter().copied().collect(),
             lifetime: Lifetime::Step,
             rounding: None,
+            mode: None,
+            rule: ShapeRule::Elements,
             recorded_steps: None,
         }
     }
@@ -106,6 +147,27 @@ impl BufferSpec {
     pub fn rounding(mut self, rounding: Rounding) -> BufferSpec {
         self.rounding = Some(rounding);
         self
+    }
+
+    /// Sets the mode of a step-scoped buffer. A phase span implies its
+    /// phases' mode (setting another one is an error when declared); a
+    /// [`Lifetime::Step`] buffer without a mode lives in the default mode.
+    /// Persistent buffers belong to every mode and ignore it.
+    pub fn mode(mut self, mode: Mode) -> BufferSpec {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// Sets the [`ShapeRule`]: by element count (the default) or, opted
+    /// in, per dimension too.
+    pub fn shape_rule(mut self, rule: ShapeRule) -> BufferSpec {
+        self.rule = rule;
+        self
+    }
+
+    /// The shape rule views of this buffer are checked by.
+    pub fn rule(&self) -> ShapeRule {
+        self.rule
     }
 
     /// Marks the spec as learned from `steps` recorded steps (see

@@ -12,7 +12,7 @@ use crate::arena::Lease;
 use crate::device::{Device, HostAccessible};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::shape::{MAX_DIMS, Shape, VIEW_MISMATCH, ndarray_dim, view_elements};
+use crate::shape::{MAX_DIMS, Shape, ShapeRule, VIEW_MISMATCH, check_view, ndarray_dim};
 
 /// A typed view of one site's memory, valid until it is dropped or its
 /// step ends, with the same methods as an arena [`Lease`]: shape and view,
@@ -43,6 +43,8 @@ pub(crate) struct Pooled<'s, T: Element> {
     pub data: Vec<u64>,
     /// The request's shape after rounding: the lease's capacity.
     pub padded: Shape,
+    /// The site's shape rule.
+    pub rule: ShapeRule,
     pub dims: [usize; MAX_DIMS],
     pub ndim: u8,
     pub len: usize,
@@ -68,6 +70,7 @@ impl<'s, T: Element> Pooled<'s, T> {
             name: Arc::clone(&site.name),
             data: std::mem::take(&mut site.data),
             padded,
+            rule: site.rule,
             dims,
             ndim: shape.len() as u8,
             len: shape.iter().product(),
@@ -186,13 +189,14 @@ impl<'s, T: Element, D: Device> SiteLease<'s, T, D> {
     }
 
     /// Views the memory with `shape` (any 1 to [`MAX_DIMS`] dimensions whose
-    /// element count fits the capacity), as [`Lease::set_shape`].
+    /// element count fits the capacity, by the site's
+    /// [`ShapeRule`](crate::ShapeRule)), as [`Lease::set_shape`].
     pub fn set_shape(&mut self, shape: &[usize]) -> Result<()> {
         let p = match &mut self.inner {
             Inner::Planned(l) => return l.set_shape(shape),
             Inner::Pooled(p) => p,
         };
-        let elements = view_elements(&p.name, shape, p.padded.elements(), &p.padded)?;
+        let elements = check_view(&p.name, shape, p.padded.elements(), &p.padded, p.rule)?;
         p.dims[..shape.len()].copy_from_slice(shape);
         p.ndim = shape.len() as u8;
         p.len = elements;

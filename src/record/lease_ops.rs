@@ -3,13 +3,17 @@
 //! stream, while recording. Both give the same bits, so recorded steps train
 //! exactly as planned ones would.
 
-use super::lease::{Inner, Pooled, SiteLease};
-use crate::arena::DropoutMask;
-use crate::device::Kernels;
-use crate::error::{Error, Result};
-use crate::ops::{self, Float, RngState};
+use ndarray::{ArrayView, ArrayViewMut, Dimension};
 
-impl<T: Float> Pooled<'_, T> {
+use super::lease::{Inner, Pooled, SiteLease};
+use super::step::Recorded;
+use crate::arena::{DropoutMask, LeaseOps};
+use crate::device::{Device, HostAccessible, Kernels};
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::ops::{self, Float, MaskElement, MaskFor, RngState};
+
+impl<T: MaskElement> Pooled<'_, T> {
     /// Runs a random kernel at the recorder's stream position and moves the
     /// stream on by the view's length, as the arena does.
     fn random(&mut self, run: impl FnOnce(&mut [T], RngState) -> Result<()>) -> Result<RngState> {
@@ -22,7 +26,7 @@ impl<T: Float> Pooled<'_, T> {
     }
 }
 
-impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
+impl<T: MaskElement, D: Kernels> SiteLease<'_, T, D> {
     /// Fills the view with 1 (probability `p`) or 0; as [`Lease::bernoulli_`](crate::Lease::bernoulli_).
     ///
     /// ```
@@ -43,7 +47,9 @@ impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
             Inner::Pooled(x) => x.random(|s, rng| ops::bernoulli(s, p, rng)),
         }
     }
+}
 
+impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
     /// Fused dropout in place; as [`Lease::dropout_`](crate::Lease::dropout_).
     pub fn dropout_(&mut self, p: f32) -> Result<DropoutMask> {
         match &mut self.inner {
@@ -73,8 +79,13 @@ impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
         }
     }
 
-    /// `x = mask != 0 ? x * scale : 0`; as [`Lease::apply_mask_`](crate::Lease::apply_mask_).
-    pub fn apply_mask_(&mut self, mask: &SiteLease<'_, T, D>, scale: f32) -> Result<()> {
+    /// `x = mask != 0 ? x * scale : 0`, the mask of `T` or `u8`; as
+    /// [`Lease::apply_mask_`](crate::Lease::apply_mask_).
+    pub fn apply_mask_<M: MaskFor<T>>(
+        &mut self,
+        mask: &SiteLease<'_, M, D>,
+        scale: f32,
+    ) -> Result<()> {
         let op = "apply_mask_";
         match (&mut self.inner, &mask.inner) {
             (Inner::Planned(x), Inner::Planned(m)) => x.apply_mask_(m, scale),
@@ -111,7 +122,7 @@ impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
     }
 
     #[cold]
-    fn mixed(&self, op: &'static str, other: &SiteLease<'_, T, D>) -> Error {
+    fn mixed<U: Element>(&self, op: &'static str, other: &SiteLease<'_, U, D>) -> Error {
         Error::ArenaMismatch {
             op,
             buffer: self.name().to_owned(),
@@ -121,7 +132,11 @@ impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
 }
 
 /// Both operands come from the same recorder and have the same shape.
-fn check_operand<T: Float>(op: &'static str, x: &Pooled<'_, T>, y: &Pooled<'_, T>) -> Result<()> {
+fn check_operand<T: Element, U: Element>(
+    op: &'static str,
+    x: &Pooled<'_, T>,
+    y: &Pooled<'_, U>,
+) -> Result<()> {
     if !std::ptr::eq(x.shared, y.shared) {
         return Err(Error::ArenaMismatch {
             op,
@@ -143,4 +158,96 @@ fn check_operand<T: Float>(op: &'static str, x: &Pooled<'_, T>, y: &Pooled<'_, T
         });
     }
     Ok(())
+}
+
+impl<T: Element, D: Device> LeaseOps<T> for SiteLease<'_, T, D> {
+    type Family = Recorded<D>;
+
+    fn name(&self) -> &str {
+        SiteLease::name(self)
+    }
+    fn shape(&self) -> &[usize] {
+        SiteLease::shape(self)
+    }
+    fn len(&self) -> usize {
+        SiteLease::len(self)
+    }
+    fn capacity(&self) -> usize {
+        SiteLease::capacity(self)
+    }
+    fn set_shape(&mut self, shape: &[usize]) -> Result<()> {
+        SiteLease::set_shape(self, shape)
+    }
+    fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
+        SiteLease::copy_from_host(self, src)
+    }
+    fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        SiteLease::copy_to_host(self, dst)
+    }
+    fn as_slice(&self) -> &[T]
+    where
+        D: HostAccessible,
+    {
+        SiteLease::as_slice(self)
+    }
+    fn as_mut_slice(&mut self) -> &mut [T]
+    where
+        D: HostAccessible,
+    {
+        SiteLease::as_mut_slice(self)
+    }
+    fn view<Dm: Dimension>(&self) -> Result<ArrayView<'_, T, Dm>>
+    where
+        D: HostAccessible,
+    {
+        SiteLease::view(self)
+    }
+    fn view_mut<Dm: Dimension>(&mut self) -> Result<ArrayViewMut<'_, T, Dm>>
+    where
+        D: HostAccessible,
+    {
+        SiteLease::view_mut(self)
+    }
+    fn bernoulli_(&mut self, p: f32) -> Result<RngState>
+    where
+        T: MaskElement,
+        D: Kernels,
+    {
+        SiteLease::bernoulli_(self, p)
+    }
+    fn dropout_(&mut self, p: f32) -> Result<DropoutMask>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        SiteLease::dropout_(self, p)
+    }
+    fn dropout_backward_(&mut self, mask: &DropoutMask) -> Result<()>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        SiteLease::dropout_backward_(self, mask)
+    }
+    fn apply_mask_<M: MaskFor<T>>(&mut self, mask: &SiteLease<'_, M, D>, scale: f32) -> Result<()>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        SiteLease::apply_mask_(self, mask, scale)
+    }
+    fn mul_(&mut self, other: &SiteLease<'_, T, D>) -> Result<()>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        SiteLease::mul_(self, other)
+    }
+    fn mul_scalar_(&mut self, s: f32) -> Result<()>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        SiteLease::mul_scalar_(self, s)
+    }
 }

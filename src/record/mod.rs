@@ -60,8 +60,9 @@ mod toml_file;
 
 pub use lease::SiteLease;
 pub use recorder::{Persistent, RecordStats, Recorder};
-pub use specs::{Declared, SpecEntry, SpecLifetime, SpecSet};
+pub use specs::{Declared, SpecEntry, SpecLifetime, SpecMode, SpecSet};
 pub use step::RecordStep;
+pub use step::Recorded;
 pub use toml_file::SPEC_FILE_VERSION;
 
 /// A site name for the calling line: `"file:line:column"`, a `&'static

@@ -1,44 +1,23 @@
 //! The recorder: records steps, freezes into a planned arena, and can go
 //! back to recording between epochs.
 
-use std::marker::PhantomData;
-
-use super::shared_state::SharedState;
+use super::shared_state::{ModeInfo, SharedState};
 use super::site::{self, Life, Site};
-use super::specs::{SpecEntry, SpecLifetime, SpecSet};
+use super::specs::{SpecEntry, SpecLifetime, SpecMode, SpecSet};
 use super::step::RecordStep;
 use crate::arena::Arena;
 use crate::device::Device;
-use crate::dtype::Element;
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ops::RngState;
-use crate::plan::{BufferId, Phase, Plan, Planner, PlannerConfig, next_owner_id};
+use crate::plan::{Buffer, BufferId, Mode, Phase, Plan, Planner, PlannerConfig, next_owner_id};
+use crate::shape::ShapeRule;
 
 /// A typed, `Copy` handle to a persistent buffer declared on a
-/// [`Recorder`]; lease it in a step with [`RecordStep::lease`].
-pub struct Persistent<T: Element> {
-    pub(crate) owner: u64,
-    pub(crate) index: usize,
-    _t: PhantomData<fn() -> T>,
-}
-
-impl<T: Element> Clone for Persistent<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T: Element> Copy for Persistent<T> {}
-impl<T: Element> PartialEq for Persistent<T> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.owner, self.index) == (other.owner, other.index)
-    }
-}
-impl<T: Element> Eq for Persistent<T> {}
-impl<T: Element> std::fmt::Debug for Persistent<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Persistent<{}>#{}", T::DTYPE, self.index)
-    }
-}
+/// [`Recorder`]: the [`Buffer`] handle every step type leases
+/// ([`RecordStep::lease`], and [`StepScope::lease`](crate::StepScope::lease)
+/// in code written for both).
+pub type Persistent<T> = Buffer<T>;
 
 /// What a recorder has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -149,69 +128,234 @@ impl<D: Device> Recorder<D> {
         Ok(rec)
     }
 
-    /// Declares the next phase of a step; phases run in declaration order.
-    /// Declare them all before the first step.
-    pub fn phase(&mut self, name: &str) -> Result<Phase> {
-        self.check_new_name(name)?;
-        let index = u16::try_from(self.shared.phases.len()).map_err(|_| Error::SizeOverflow {
+    /// Declares a mode: a kind of step (`train`, `eval`, ...) with its own
+    /// phases and sites, sharing the persistent buffers (see
+    /// [`Planner::mode`]). Steps of a mode run with
+    /// [`step_in`](Recorder::step_in); what they request is learned for
+    /// that mode, and the plan lets sites of different modes share bytes.
+    /// A site name may be used in several modes: each mode learns its own.
+    pub fn mode(&mut self, name: &str) -> Result<Mode> {
+        if name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if self.shared.modes.iter().any(|m| m.name == name) {
+            return Err(Error::DuplicateName {
+                name: name.to_owned(),
+            });
+        }
+        self.check_not_frozen(name)?;
+        let index = u16::try_from(self.shared.modes.len()).map_err(|_| Error::SizeOverflow {
             buffer: name.to_owned(),
             shape: Vec::new(),
-            what: "the number of phases",
+            what: "the number of modes",
             limit: u64::from(u16::MAX),
         })?;
-        self.shared.phases.push(name.to_owned());
-        Ok(Phase {
+        self.shared.modes.push(ModeInfo {
+            name: name.to_owned(),
+            phases: Vec::new(),
+        });
+        Ok(Mode {
             planner: self.shared.id,
             index,
         })
     }
 
-    /// Declares a persistent buffer (weights, optimizer state): its contents
-    /// survive steps, recording and freezing. Declaring the same name again
-    /// with the same element type and shape (as after
-    /// [`preload`](Recorder::preload)) returns the same handle.
-    pub fn persistent<T: Element>(&mut self, name: &str, shape: &[usize]) -> Result<Persistent<T>> {
-        let owner = self.shared.id;
-        let handle = |index| Persistent {
-            owner,
-            index,
-            _t: PhantomData,
-        };
-        if let Some(index) = self.shared.table.get_mut().find(name) {
-            let site = &self.shared.table.get_mut().sites[index];
-            if site.is_persistent() && site.dtype == T::DTYPE && site.max.as_slice() == shape {
-                return Ok(handle(index));
-            }
-            return Err(Error::DuplicateName {
-                name: name.to_owned(),
-            });
+    /// The default mode, the one [`step`](Recorder::step) runs in.
+    pub fn default_mode(&self) -> Mode {
+        Mode {
+            planner: self.shared.id,
+            index: 0,
         }
-        self.check_new_name(name)?;
-        if self.frozen.is_some() {
-            return Err(Error::UnrecordedSite {
-                site: name.to_owned(),
-            });
-        }
-        let rounding = self.shared.config.default_rounding;
-        let padded = site::padded(name, shape, rounding)?;
-        let mut site = Site::persistent(name, T::DTYPE, shape);
-        self.shared.ensure_capacity(&mut site, padded.elements())?;
-        let index = self.shared.table.get_mut().insert(site)?;
-        Ok(handle(index))
     }
 
-    fn check_new_name(&mut self, name: &str) -> Result<()> {
+    fn mode_index(&self, mode: Mode) -> Result<u16> {
+        if mode.planner != self.shared.id || mode.index() >= self.shared.modes.len() {
+            return Err(Error::ForeignMode {
+                index: mode.index(),
+                owner: "recorder",
+            });
+        }
+        Ok(mode.index)
+    }
+
+    /// Declares the next phase of a step of the default mode; phases run
+    /// in declaration order. Declare them all before the first step.
+    pub fn phase(&mut self, name: &str) -> Result<Phase> {
+        self.phase_in(self.default_mode(), name)
+    }
+
+    /// Declares the next phase of a step of `mode`.
+    pub fn phase_in(&mut self, mode: Mode, name: &str) -> Result<Phase> {
+        let m = self.mode_index(mode)?;
         if name.is_empty() {
             return Err(Error::EmptyName);
         }
-        if self.shared.phases.iter().any(|p| p == name)
-            || self.shared.table.get_mut().find(name).is_some()
+        let table = self.shared.table.get_mut();
+        if self.shared.modes[usize::from(m)]
+            .phases
+            .iter()
+            .any(|p| p == name)
+            || table.find(m, name).is_some()
+            || table.find_persistent(name).is_some()
         {
             return Err(Error::DuplicateName {
                 name: name.to_owned(),
             });
         }
+        self.check_not_frozen(name)?;
+        let phases = &mut self.shared.modes[usize::from(m)].phases;
+        let index = u16::try_from(phases.len()).map_err(|_| Error::SizeOverflow {
+            buffer: name.to_owned(),
+            shape: Vec::new(),
+            what: "the number of phases",
+            limit: u64::from(u16::MAX),
+        })?;
+        phases.push(name.to_owned());
+        Ok(Phase {
+            planner: self.shared.id,
+            mode: m,
+            index,
+        })
+    }
+
+    /// Modes and phases belong to the plan: they cannot change while it
+    /// holds.
+    fn check_not_frozen(&self, name: &str) -> Result<()> {
+        if self.frozen.is_some() {
+            return Err(Error::InvalidSpecs {
+                source_name: "Recorder".to_owned(),
+                reason: format!(
+                    "'{name}': the recorder is frozen; declare modes, phases and persistent buffers before freezing (or call rerecord() first)"
+                ),
+            });
+        }
         Ok(())
+    }
+
+    /// Declares a persistent buffer (weights, optimizer state): its contents
+    /// survive steps, recording and freezing, and every mode shares it.
+    /// Declaring the same name again with the same element type and shape
+    /// (as after [`preload`](Recorder::preload)) returns the same handle.
+    pub fn persistent<T: Element>(&mut self, name: &str, shape: &[usize]) -> Result<Buffer<T>> {
+        let handle = |index: usize| -> Result<Buffer<T>> {
+            let index = u32::try_from(index).map_err(|_| Error::ForeignHandle {
+                index,
+                owner: "recorder",
+            })?;
+            Ok(Buffer::new(BufferId {
+                planner: self.shared.id,
+                index,
+                dtype: T::DTYPE,
+            }))
+        };
+        let table = self.shared.table.borrow();
+        if let Some(index) = table.find_persistent(name) {
+            let site = &table.sites[index];
+            if site.dtype == T::DTYPE && site.max.as_slice() == shape {
+                return handle(index);
+            }
+            return Err(Error::DuplicateName {
+                name: name.to_owned(),
+            });
+        }
+        if name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if table.any_temp(name)
+            || self
+                .shared
+                .modes
+                .iter()
+                .any(|m| m.phases.iter().any(|p| p == name))
+        {
+            return Err(Error::DuplicateName {
+                name: name.to_owned(),
+            });
+        }
+        drop(table);
+        self.check_not_frozen(name)?;
+        let rounding = self.shared.config.default_rounding;
+        let padded = site::padded(name, shape, rounding)?;
+        let mut site = Site::persistent(name, T::DTYPE, shape, padded.elements());
+        self.shared.ensure_capacity(&mut site, padded.elements())?;
+        let index = self.shared.table.get_mut().insert(site)?;
+        handle(index)
+    }
+
+    /// Declares up front the largest shape the site `name` of `mode` must
+    /// hold, so the worst case need not be recorded: the site's buffer is
+    /// planned for at least `max_shape` (by the site's rule: its element
+    /// count, or each dimension for a site that opted in with
+    /// [`per_dimension`](Recorder::per_dimension)); recorded requests can
+    /// still raise it. Its lifetime is still learned; a site bounded but
+    /// never requested is planned for the whole step of its mode.
+    ///
+    /// ```
+    /// use tensor_arena::{HostDevice, Recorder};
+    /// let mut rec = Recorder::new(HostDevice::new());
+    /// let m = rec.default_mode();
+    /// rec.bound::<f32>(m, "flat", &[32 * 128, 64])?;
+    /// rec.step(|s| s.temp::<f32>("flat", &[17, 64]).map(drop))?;
+    /// rec.freeze()?;
+    /// // Never recorded, but within the declared bound.
+    /// rec.step(|s| s.temp::<f32>("flat", &[32 * 128, 64]).map(drop))?;
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn bound<T: Element>(&mut self, mode: Mode, name: &str, max_shape: &[usize]) -> Result<()> {
+        let default = self.shared.config.default_rounding;
+        let index = self.site_for::<T>(mode, name, max_shape)?;
+        let site = &mut self.shared.table.get_mut().sites[index];
+        let padded = site::padded(name, max_shape, site.rounding.unwrap_or(default))?;
+        site.widen(max_shape, padded.elements());
+        Ok(())
+    }
+
+    /// Opts the site `name` of `mode` in to per-dimension limits
+    /// ([`ShapeRule::Dims`]): it learns the largest of each dimension over
+    /// its requests (they must keep the number of dimensions), and once
+    /// frozen refuses a view beyond any of them, even one whose element
+    /// count would fit. Sites without it are sized, and checked, by element
+    /// count. Call it before the site's first request.
+    pub fn per_dimension<T: Element>(&mut self, mode: Mode, name: &str) -> Result<()> {
+        let index = self.site_for::<T>(mode, name, &[])?;
+        let site = &mut self.shared.table.get_mut().sites[index];
+        if site.rule == ShapeRule::Dims {
+            return Ok(());
+        }
+        if site.requests > 0 {
+            return Err(Error::InvalidView {
+                buffer: name.to_owned(),
+                shape: site.max.to_vec(),
+                reason: "per-dimension limits must be chosen before the site's first request",
+            });
+        }
+        site.rule = ShapeRule::Dims;
+        Ok(())
+    }
+
+    /// The site `name` of `mode`, declared now (not yet sized) if new.
+    fn site_for<T: Element>(&mut self, mode: Mode, name: &str, shape: &[usize]) -> Result<usize> {
+        let m = self.mode_index(mode)?;
+        let table = self.shared.table.get_mut();
+        if let Some(i) = table.find(m, name) {
+            let site = &table.sites[i];
+            if !shape.is_empty() {
+                site.check_compatible(T::DTYPE, shape)?;
+            } else if site.dtype != T::DTYPE {
+                site.check_compatible(T::DTYPE, &site.max)?;
+            }
+            return Ok(i);
+        }
+        self.check_not_frozen(name)?;
+        if !shape.is_empty() {
+            site::padded(name, shape, self.shared.config.default_rounding)?;
+        }
+        self.shared
+            .check_new_temp(&self.shared.table.borrow(), m, name, shape)?;
+        self.shared
+            .table
+            .get_mut()
+            .insert(Site::temp(name, m, T::DTYPE))
     }
 
     /// Merges a spec set (say, loaded from a checked-in file) into what the
@@ -230,30 +374,40 @@ impl<D: Device> Recorder<D> {
             ));
         }
         specs.validate().map_err(invalid)?;
-        if specs.phases != self.shared.phases {
+        let ours = self.spec_modes();
+        if specs.phases != self.shared.modes[0].phases || specs.modes != ours {
             return Err(invalid(format!(
-                "the specs' phases {:?} differ from the recorder's {:?}; declare the same phases in the same order first",
-                specs.phases, self.shared.phases
+                "the specs' phases {:?} and modes {:?} differ from the recorder's {:?} and {:?}; declare the same modes and phases in the same order first",
+                specs.phases, specs.modes, self.shared.modes[0].phases, ours
             )));
         }
         // Check every entry before changing anything.
         {
-            let table = self.shared.table.get_mut();
+            let table = self.shared.table.borrow();
             for e in &specs.buffers {
-                if let Some(i) = table.find(&e.name) {
+                let persistent = e.lifetime == SpecLifetime::Persistent;
+                let mode = self.mode_of_entry(e);
+                let found = match persistent {
+                    true => table.find_persistent(&e.name),
+                    false => table.find(mode, &e.name),
+                };
+                let clash = match persistent {
+                    true => table.any_temp(&e.name),
+                    false => table.find_persistent(&e.name).is_some(),
+                };
+                let differs = found.is_some_and(|i| {
                     let site = &table.sites[i];
-                    site.check_compatible(e.dtype, &e.shape)?;
-                    let persistent = e.lifetime == SpecLifetime::Persistent;
-                    if persistent != site.is_persistent()
+                    site.check_compatible(e.dtype, &e.shape).is_err()
                         || (persistent && site.max.as_slice() != e.shape.as_slice())
-                    {
-                        return Err(invalid(format!(
-                            "buffer '{}' is declared differently in the specs ({}, {:?}) and in the recorder",
-                            e.name,
-                            specs.lifetime_label(e.lifetime),
-                            e.shape
-                        )));
-                    }
+                        || (site.rule != e.shape_rule && site.requests > 0)
+                });
+                if clash || differs {
+                    return Err(invalid(format!(
+                        "buffer '{}' is declared differently in the specs ({}, {:?}) and in the recorder",
+                        e.name,
+                        specs.entry_lifetime_label(e),
+                        e.shape
+                    )));
                 }
             }
         }
@@ -270,28 +424,62 @@ impl<D: Device> Recorder<D> {
         Ok(())
     }
 
+    /// The recorder's declared modes, as a spec set lists them.
+    fn spec_modes(&self) -> Vec<SpecMode> {
+        self.shared
+            .modes
+            .iter()
+            .skip(1)
+            .map(|m| SpecMode {
+                name: m.name.clone(),
+                phases: m.phases.clone(),
+            })
+            .collect()
+    }
+
+    /// The recorder's index of a (validated) entry's mode.
+    fn mode_of_entry(&self, e: &SpecEntry) -> u16 {
+        e.mode
+            .as_deref()
+            .and_then(|name| self.shared.modes.iter().position(|m| m.name == name))
+            // Fits: modes are numbered in u16.
+            .map_or(0, |m| m as u16)
+    }
+
     fn merge(&mut self, e: &SpecEntry) -> Result<()> {
         let life = match e.lifetime {
             SpecLifetime::Persistent => Life::Persistent,
             SpecLifetime::Step => Life::Step,
             SpecLifetime::Phases { first, last } => Life::Span(first, last),
         };
+        let mode = self.mode_of_entry(e);
         let default = self.shared.config.default_rounding;
+        let rounding = e.rounding.unwrap_or(default);
+        let padded = site::padded(&e.name, &e.shape, rounding)?;
         let table = self.shared.table.get_mut();
-        if let Some(i) = table.find(&e.name) {
+        let found = match life {
+            Life::Persistent => table.find_persistent(&e.name),
+            _ => table.find(mode, &e.name),
+        };
+        if let Some(i) = found {
             let site = &mut table.sites[i];
-            site.widen(&e.shape);
-            site.life = site.life.union(life);
+            site.rule = e.shape_rule;
             site.rounding = e.rounding.or(site.rounding);
+            if life != Life::Persistent {
+                site.widen(&e.shape, padded.elements());
+                site.life = Some(site.life.map_or(life, |l| l.union(life)));
+            }
             site.recorded |= e.recorded_steps.is_some();
             return Ok(());
         }
-        let rounding = e.rounding.unwrap_or(default);
-        let padded = site::padded(&e.name, &e.shape, rounding)?;
         let mut site = if life == Life::Persistent {
-            Site::persistent(&e.name, e.dtype, &e.shape)
+            Site::persistent(&e.name, e.dtype, &e.shape, padded.elements())
         } else {
-            Site::temp(&e.name, e.dtype, &e.shape, life)
+            let mut s = Site::temp(&e.name, mode, e.dtype);
+            s.rule = e.shape_rule;
+            s.widen(&e.shape, padded.elements());
+            s.life = Some(life);
+            s
         };
         site.rounding = e.rounding;
         site.recorded = e.recorded_steps.is_some() && life != Life::Persistent;
@@ -302,21 +490,40 @@ impl<D: Device> Recorder<D> {
         Ok(())
     }
 
-    /// Runs one step. While recording, its requests are served from the
-    /// pool and recorded; once frozen, they lease planned buffers and
-    /// allocate nothing. Leases made in `f` cannot escape it.
+    /// Runs one step of the default mode. While recording, its requests
+    /// are served from the pool and recorded; once frozen, they lease
+    /// planned buffers and allocate nothing. Leases made in `f` cannot
+    /// escape it.
     pub fn step<R>(&mut self, f: impl FnOnce(&RecordStep<'_, D>) -> R) -> R {
+        self.run_step(0, f)
+    }
+
+    /// Runs one step of `mode` (see [`Recorder::mode`]); fails with
+    /// [`Error::ForeignMode`] if `mode` comes from another recorder.
+    pub fn step_in<R, E: From<Error>>(
+        &mut self,
+        mode: Mode,
+        f: impl FnOnce(&RecordStep<'_, D>) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        let m = self.mode_index(mode)?;
+        self.run_step(m, f)
+    }
+
+    fn run_step<R>(&mut self, mode: u16, f: impl FnOnce(&RecordStep<'_, D>) -> R) -> R {
         let recording = self.frozen.is_none();
         if recording {
-            self.shared.begin_recording_step();
+            self.shared.begin_recording_step(mode);
         }
         let out = {
             let frozen = self.frozen.as_mut().map(|Frozen { arena, ids }| {
                 let ids: &[BufferId] = ids;
-                (arena.begin_step(), ids)
+                // The plan has the recorder's modes, in the same order
+                // (modes cannot be added while frozen).
+                (arena.open(mode), ids)
             });
             let step = RecordStep {
                 shared: &self.shared,
+                mode,
                 frozen,
             };
             f(&step)
@@ -333,31 +540,40 @@ impl<D: Device> Recorder<D> {
         self.recorded_steps + self.imported_steps
     }
 
-    /// Everything known so far as a spec set: persistent buffers as
-    /// declared, and every recorded site with its largest shape, its phase
-    /// span (or the whole step, when no phases are declared) and the number
-    /// of steps it was learned from. In first-seen order.
+    /// Everything known so far as a spec set: the modes and phases,
+    /// persistent buffers as declared, and every site sized by a request or
+    /// a bound, with its mode, the shape its buffer must hold, its shape
+    /// rule, its phase span (or the whole step, when its mode has no phases
+    /// or it was never requested) and the number of steps it was learned
+    /// from. In first-seen order.
     pub fn specs(&self) -> SpecSet {
         let steps = self.learned_steps();
         let table = self.shared.table.borrow();
         let buffers = table
             .sites
             .iter()
+            .filter(|s| !s.max.is_empty())
             .map(|s| SpecEntry {
                 name: s.name.to_string(),
                 dtype: s.dtype,
                 shape: s.max.to_vec(),
                 lifetime: match s.life {
-                    Life::Persistent => SpecLifetime::Persistent,
-                    Life::Step => SpecLifetime::Step,
-                    Life::Span(first, last) => SpecLifetime::Phases { first, last },
+                    Some(Life::Persistent) => SpecLifetime::Persistent,
+                    Some(Life::Step) | None => SpecLifetime::Step,
+                    Some(Life::Span(first, last)) => SpecLifetime::Phases { first, last },
                 },
+                mode: s
+                    .mode
+                    .filter(|&m| m > 0)
+                    .map(|m| self.shared.mode_name(m).to_owned()),
+                shape_rule: s.rule,
                 rounding: s.rounding,
-                recorded_steps: s.recorded.then_some(steps),
+                recorded_steps: (s.recorded && s.life.is_some()).then_some(steps),
             })
             .collect();
         SpecSet {
-            phases: self.shared.phases.clone(),
+            phases: self.shared.modes[0].phases.clone(),
+            modes: self.spec_modes(),
             buffers,
         }
     }
@@ -419,38 +635,86 @@ impl<D: Device> Recorder<D> {
         Ok(())
     }
 
-    fn check_handle<T: Element>(&self, buffer: Persistent<T>) -> Result<()> {
-        if buffer.owner != self.shared.id {
+    fn check_handle<T: Element>(&self, buffer: Buffer<T>) -> Result<usize> {
+        let index = buffer.id.index();
+        let persistent = self
+            .shared
+            .table
+            .borrow()
+            .sites
+            .get(index)
+            .is_some_and(Site::is_persistent);
+        if buffer.id.planner != self.shared.id || !persistent {
             return Err(Error::ForeignHandle {
-                index: buffer.index,
+                index,
                 owner: "recorder",
             });
         }
-        Ok(())
+        Ok(index)
     }
 
-    /// Copies `data` into the start of a persistent buffer, outside any
-    /// step. `data` may be shorter than the capacity.
-    pub fn write<T: Element>(&mut self, buffer: Persistent<T>, data: &[T]) -> Result<()> {
-        self.check_handle(buffer)?;
+    /// Copies `data` into a persistent buffer, outside any step. `data`
+    /// must hold exactly its declared shape; see
+    /// [`write_prefix`](Recorder::write_prefix).
+    pub fn write<T: Element>(&mut self, buffer: Buffer<T>, data: &[T]) -> Result<()> {
+        self.copy_exact("write", buffer, data.len())?;
+        self.write_prefix(buffer, data)
+    }
+
+    /// Copies `data` into the first `data.len()` elements of a persistent
+    /// buffer, outside any step: a partial [`write`](Recorder::write), up
+    /// to the buffer's capacity.
+    pub fn write_prefix<T: Element>(&mut self, buffer: Buffer<T>, data: &[T]) -> Result<()> {
+        let index = self.check_handle(buffer)?;
         if let Some(f) = &mut self.frozen {
             let b = typed(&f.ids, buffer)?;
-            return f.arena.write(b, data);
+            return f.arena.write_prefix(b, data);
         }
-        let pooled = self.pool_slice::<T>(buffer.index, data.len())?;
+        let pooled = self.pool_slice::<T>(index, data.len())?;
         pooled.copy_from_slice(data);
         Ok(())
     }
 
-    /// Copies the start of a persistent buffer into `out`, outside any step.
-    pub fn read<T: Element>(&mut self, buffer: Persistent<T>, out: &mut [T]) -> Result<()> {
-        self.check_handle(buffer)?;
+    /// Copies a persistent buffer into `out`, outside any step. `out` must
+    /// hold exactly its declared shape; see
+    /// [`read_prefix`](Recorder::read_prefix).
+    pub fn read<T: Element>(&mut self, buffer: Buffer<T>, out: &mut [T]) -> Result<()> {
+        self.copy_exact("read", buffer, out.len())?;
+        self.read_prefix(buffer, out)
+    }
+
+    /// Copies the first `out.len()` elements of a persistent buffer into
+    /// `out`, outside any step.
+    pub fn read_prefix<T: Element>(&mut self, buffer: Buffer<T>, out: &mut [T]) -> Result<()> {
+        let index = self.check_handle(buffer)?;
         if let Some(f) = &mut self.frozen {
             let b = typed(&f.ids, buffer)?;
-            return f.arena.read(b, out);
+            return f.arena.read_prefix(b, out);
         }
-        let pooled = self.pool_slice::<T>(buffer.index, out.len())?;
+        let pooled = self.pool_slice::<T>(index, out.len())?;
         out.copy_from_slice(pooled);
+        Ok(())
+    }
+
+    fn copy_exact<T: Element>(
+        &self,
+        op: &'static str,
+        buffer: Buffer<T>,
+        len: usize,
+    ) -> Result<()> {
+        let index = self.check_handle(buffer)?;
+        let table = self.shared.table.borrow();
+        let site = &table.sites[index];
+        let expected: usize = site.max.iter().product();
+        if len != expected {
+            return Err(Error::CopyLength {
+                op,
+                buffer: site.name.to_string(),
+                given: len,
+                expected,
+                shape: site.max.to_vec(),
+            });
+        }
         Ok(())
     }
 
@@ -520,12 +784,13 @@ impl<D: Device> Recorder<D> {
     }
 }
 
-fn typed<T: Element>(ids: &[BufferId], buffer: Persistent<T>) -> Result<crate::plan::Buffer<T>> {
-    ids.get(buffer.index)
+fn typed<T: Element>(ids: &[BufferId], buffer: Buffer<T>) -> Result<Buffer<T>> {
+    let index = buffer.id.index();
+    ids.get(index)
         .copied()
         .and_then(BufferId::typed::<T>)
         .ok_or(Error::ForeignHandle {
-            index: buffer.index,
+            index,
             owner: "recorder",
         })
 }
@@ -557,9 +822,25 @@ impl<D: Device + Clone> Recorder<D> {
         let specs = self.specs();
         let mut planner = Planner::with_config(self.shared.config)?;
         let declared = specs.declare_on(&mut planner)?;
-        let ids: Box<[BufferId]> = declared.ids().collect();
+        // The specs list the sized sites in table order; a site never sized
+        // (opted in to per-dimension limits, never requested) has no buffer.
+        let mut planned = declared.ids();
+        let table = self.shared.table.get_mut();
+        let none = BufferId {
+            planner: 0,
+            index: u32::MAX,
+            dtype: DType::U8,
+        };
+        let ids: Box<[BufferId]> = table
+            .sites
+            .iter()
+            .map(|s| match s.max.is_empty() {
+                true => none,
+                false => planned.next().unwrap_or(none),
+            })
+            .collect();
         let mut arena = Arena::new(self.device.clone(), planner.plan()?)?;
-        for (site, &id) in self.shared.table.get_mut().sites.iter().zip(ids.iter()) {
+        for (site, &id) in table.sites.iter().zip(ids.iter()) {
             if site.is_persistent() {
                 let bytes = bytemuck::cast_slice::<u64, u8>(&site.data);
                 let n = arena.plan().buffer(id)?.bytes().min(bytes.len());
@@ -575,7 +856,7 @@ impl<D: Device> std::fmt::Debug for Recorder<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recorder")
             .field("device", &self.device.name())
-            .field("phases", &self.shared.phases)
+            .field("modes", &self.shared.modes)
             .field("stats", &self.stats())
             .finish()
     }

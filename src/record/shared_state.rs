@@ -1,7 +1,8 @@
-//! The recorder's state shared with its steps and leases: the site table,
-//! and, while recording, the current phase, the random stream and the pool
-//! counters. Steps reach it through `&`, so everything that changes inside
-//! a step sits in a `Cell` or `RefCell` whose borrows never outlive a call.
+//! The recorder's state shared with its steps and leases: the modes and
+//! their phases, the site table, and, while recording, the current mode and
+//! phase, the random stream and the pool counters. Steps reach it through
+//! `&`, so everything that changes inside a step sits in a `Cell` or
+//! `RefCell` whose borrows never outlive a call.
 
 use std::cell::{Cell, RefCell};
 
@@ -10,7 +11,7 @@ use super::site::{self, Life, Site, Table};
 use crate::dtype::Element;
 use crate::error::{Available, Error, Result};
 use crate::ops::RngState;
-use crate::plan::PlannerConfig;
+use crate::plan::{DEFAULT_MODE, PlannerConfig};
 
 /// Running totals of the recording pool.
 #[derive(Debug, Default)]
@@ -20,14 +21,24 @@ pub(crate) struct PoolCounters {
     pub bytes: Cell<u64>,
 }
 
+/// A mode of the recorder: its name and phases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ModeInfo {
+    pub name: String,
+    pub phases: Vec<String>,
+}
+
 #[derive(Debug)]
 pub(crate) struct SharedState {
-    /// Identity of the recorder's phase and buffer handles.
+    /// Identity of the recorder's mode, phase and buffer handles.
     pub id: u64,
     pub config: PlannerConfig,
-    pub phases: Vec<String>,
+    /// Mode 0 is the default mode.
+    pub modes: Vec<ModeInfo>,
     pub table: RefCell<Table>,
-    /// Phase of the open recording step.
+    /// Mode of the open recording step.
+    pub mode: Cell<u16>,
+    /// Phase of the open recording step (an index into its mode's phases).
     pub phase: Cell<usize>,
     /// Random stream position while recording (the arena holds it once
     /// frozen).
@@ -40,18 +51,33 @@ impl SharedState {
         SharedState {
             id,
             config,
-            phases: Vec::new(),
+            modes: vec![ModeInfo {
+                name: DEFAULT_MODE.to_owned(),
+                phases: Vec::new(),
+            }],
             table: RefCell::new(Table::default()),
+            mode: Cell::new(0),
             phase: Cell::new(0),
             rng: Cell::new(RngState::default()),
             pool: PoolCounters::default(),
         }
     }
 
+    /// The name of mode `mode`.
+    pub fn mode_name(&self, mode: u16) -> &str {
+        self.modes
+            .get(usize::from(mode))
+            .map_or(DEFAULT_MODE, |m| m.name.as_str())
+    }
+
     /// The lifetime of a request made now: the current phase, or the whole
-    /// step when no phases are declared.
+    /// step when the mode has no phases.
     fn life_now(&self) -> Life {
-        if self.phases.is_empty() {
+        let phases = self
+            .modes
+            .get(usize::from(self.mode.get()))
+            .map_or(0, |m| m.phases.len());
+        if phases == 0 {
             Life::Step
         } else {
             let p = self.phase.get();
@@ -59,33 +85,24 @@ impl SharedState {
         }
     }
 
-    /// Serves a temporary of `shape` for `name` from the pool, recording
-    /// the request. Fails, recording nothing, if the request does not fit
-    /// the site's earlier ones (element type, number of dimensions) or the
-    /// site is already leased.
+    /// Serves a temporary of `shape` for `name` in the current mode from
+    /// the pool, recording the request. Fails, recording nothing, if the
+    /// request does not fit the site's earlier ones (element type; number
+    /// of dimensions for a per-dimension site) or the site is already
+    /// leased.
     pub fn request<T: Element>(&self, name: &str, shape: &[usize]) -> Result<Pooled<'_, T>> {
         let default = self.config.default_rounding;
+        let mode = self.mode.get();
         let mut table = self.table.borrow_mut();
-        let index = match table.find(name) {
+        let index = match table.find(mode, name) {
             Some(i) => {
-                let site = &table.sites[i];
-                if site.is_persistent() {
-                    return Err(persistent_by_name(name, shape));
-                }
-                site.check_compatible(T::DTYPE, shape)?;
+                table.sites[i].check_compatible(T::DTYPE, shape)?;
                 i
             }
             None => {
-                if name.is_empty() {
-                    return Err(Error::EmptyName);
-                }
-                if self.phases.iter().any(|p| p == name) {
-                    return Err(Error::DuplicateName {
-                        name: name.to_owned(),
-                    });
-                }
+                self.check_new_temp(&table, mode, name, shape)?;
                 site::padded(name, shape, default)?;
-                table.insert(Site::temp(name, T::DTYPE, shape, self.life_now()))?
+                table.insert(Site::temp(name, mode, T::DTYPE))?
             }
         };
         let site = &mut table.sites[index];
@@ -96,12 +113,37 @@ impl SharedState {
         }
         let padded = site::padded(name, shape, site.rounding.unwrap_or(default))?;
         self.ensure_capacity(site, padded.elements())?;
-        site.widen(shape);
-        site.life = site.life.union(self.life_now());
+        site.widen(shape, padded.elements());
+        let now = self.life_now();
+        site.life = Some(site.life.map_or(now, |l| l.union(now)));
         site.requests += 1;
         site.live = true;
         self.pool.requests.set(self.pool.requests.get() + 1);
         Ok(Pooled::new(self, index, site, shape, padded))
+    }
+
+    /// Checks that a new temporary may be called `name` in mode `mode`: not
+    /// empty, not a phase of the mode, not a persistent buffer.
+    pub fn check_new_temp(
+        &self,
+        table: &Table,
+        mode: u16,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if table.find_persistent(name).is_some() {
+            return Err(crate::arena::persistent_by_name(name, shape));
+        }
+        let phases = self.modes.get(usize::from(mode)).map(|m| &m.phases);
+        if phases.is_some_and(|p| p.iter().any(|p| p == name)) {
+            return Err(Error::DuplicateName {
+                name: name.to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// Leases the declared persistent buffer `index` from the pool.
@@ -157,16 +199,17 @@ impl SharedState {
         {
             site.data = data;
             site.live = false;
-            if let Life::Span(first, last) = site.life {
-                site.life = Life::Span(first, last.max(phase));
+            if let Some(Life::Span(first, last)) = site.life {
+                site.life = Some(Life::Span(first, last.max(phase)));
             }
         }
     }
 
-    /// Starts a recording step: first phase, and no site leased (leases
-    /// leaked with `mem::forget` took their memory with them; the site
-    /// allocates afresh).
-    pub fn begin_recording_step(&self) {
+    /// Starts a recording step in mode `mode`: its first phase, and no site
+    /// leased (leases leaked with `mem::forget` took their memory with
+    /// them; the site allocates afresh).
+    pub fn begin_recording_step(&self, mode: u16) {
+        self.mode.set(mode);
         self.phase.set(0);
         for site in self.table.borrow_mut().sites.iter_mut() {
             site.live = false;
@@ -175,17 +218,9 @@ impl SharedState {
 
     /// Name of the current recording phase.
     pub fn phase_name(&self) -> &str {
-        self.phases
-            .get(self.phase.get())
+        self.modes
+            .get(usize::from(self.mode.get()))
+            .and_then(|m| m.phases.get(self.phase.get()))
             .map_or("step", String::as_str)
-    }
-}
-
-#[cold]
-pub(crate) fn persistent_by_name(name: &str, shape: &[usize]) -> Error {
-    Error::InvalidView {
-        buffer: name.to_owned(),
-        shape: shape.to_vec(),
-        reason: "this name is a persistent buffer; lease it with the handle Recorder::persistent returned",
     }
 }

@@ -1,6 +1,6 @@
-//! What a recorder knows about each site: its element type, the largest
-//! shape asked for, the phases it was alive in and, while recording, the
-//! host memory that serves it.
+//! What a recorder knows about each site: its mode, element type, the
+//! shape its buffer must hold (by the site's shape rule), the phases it was
+//! alive in and, while recording, the host memory that serves it.
 
 use std::sync::Arc;
 
@@ -8,17 +8,17 @@ use rustc_hash::FxHashMap;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::shape::{Dims, Rounding, Shape};
+use crate::shape::{Dims, Rounding, Shape, ShapeRule};
 
 /// How long a site lives, as learned or declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Life {
     /// Declared persistent: contents survive steps, never shares bytes.
     Persistent,
-    /// Alive for a whole step (learned when no phases are declared, or
-    /// loaded as such).
+    /// Alive for a whole step of its mode (learned when the mode has no
+    /// phases, or loaded as such).
     Step,
-    /// Alive from phase `.0` to phase `.1` inclusive.
+    /// Alive from phase `.0` to phase `.1` of its mode, inclusive.
     Span(usize, usize),
 }
 
@@ -33,16 +33,27 @@ impl Life {
     }
 }
 
-/// One site: a recorded temporary or a declared persistent buffer.
+/// One site: a recorded temporary of one mode, or a declared persistent
+/// buffer.
 #[derive(Debug)]
 pub(crate) struct Site {
     pub name: Arc<str>,
+    /// Its mode; `None` for a persistent buffer.
+    pub mode: Option<u16>,
     pub dtype: DType,
-    /// The largest shape asked for, dimension by dimension (the declared
-    /// shape for persistent buffers).
+    /// The shape the site's buffer is planned for. By the element-count
+    /// rule: the request (or declared bound) whose padded shape has the
+    /// most elements; per dimension: the largest of every dimension. Empty
+    /// while nothing sized the site yet. The declared shape for persistent
+    /// buffers.
     pub max: Dims,
+    /// Element-count sites: elements of `max` padded (the planned
+    /// capacity), to compare requests by. Unused per dimension.
+    pub max_padded: usize,
+    pub rule: ShapeRule,
     pub rounding: Option<Rounding>,
-    pub life: Life,
+    /// `None` until the site is first requested.
+    pub life: Option<Life>,
     /// Learned by recording (or loaded as learned) rather than declared.
     pub recorded: bool,
     /// Requests served for the site while recording.
@@ -55,13 +66,17 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    pub fn temp(name: &str, dtype: DType, shape: &[usize], life: Life) -> Site {
+    /// A temporary of mode `mode`, not yet sized.
+    pub fn temp(name: &str, mode: u16, dtype: DType) -> Site {
         Site {
             name: Arc::from(name),
+            mode: Some(mode),
             dtype,
-            max: shape.iter().copied().collect(),
+            max: Dims::new(),
+            max_padded: 0,
+            rule: ShapeRule::Elements,
             rounding: None,
-            life,
+            life: None,
             recorded: true,
             requests: 0,
             data: Vec::new(),
@@ -69,28 +84,48 @@ impl Site {
         }
     }
 
-    pub fn persistent(name: &str, dtype: DType, shape: &[usize]) -> Site {
+    pub fn persistent(name: &str, dtype: DType, shape: &[usize], padded: usize) -> Site {
         Site {
-            life: Life::Persistent,
+            mode: None,
+            max: shape.iter().copied().collect(),
+            max_padded: padded,
+            life: Some(Life::Persistent),
             recorded: false,
-            ..Site::temp(name, dtype, shape, Life::Persistent)
+            ..Site::temp(name, 0, dtype)
         }
     }
 
     pub fn is_persistent(&self) -> bool {
-        self.life == Life::Persistent
+        self.mode.is_none()
     }
 
-    /// Grows the recorded maximum to cover `shape` (same rank, checked by
-    /// the caller).
-    pub fn widen(&mut self, shape: &[usize]) {
-        for (m, &d) in self.max.iter_mut().zip(shape) {
-            *m = (*m).max(d);
+    /// Grows what the site is planned for to cover `shape`, whose padded
+    /// shape has `padded` elements, by the site's rule (the rank is checked
+    /// by the caller for per-dimension sites).
+    pub fn widen(&mut self, shape: &[usize], padded: usize) {
+        match self.rule {
+            _ if self.max.is_empty() => {
+                self.max = shape.iter().copied().collect();
+                self.max_padded = padded;
+            }
+            ShapeRule::Elements => {
+                if padded > self.max_padded {
+                    self.max = shape.iter().copied().collect();
+                    self.max_padded = padded;
+                }
+            }
+            ShapeRule::Dims => {
+                for (m, &d) in self.max.iter_mut().zip(shape) {
+                    *m = (*m).max(d);
+                }
+                self.max_padded = 0;
+            }
         }
     }
 
-    /// Checks that `shape` may be recorded for this site: same element type
-    /// and number of dimensions as before.
+    /// Checks that `shape` may be recorded for this site: the same element
+    /// type as before and, for a per-dimension site, the same number of
+    /// dimensions.
     pub fn check_compatible(&self, dtype: DType, shape: &[usize]) -> Result<()> {
         if self.dtype != dtype {
             return Err(Error::DTypeMismatch {
@@ -99,36 +134,54 @@ impl Site {
                 requested: dtype.name(),
             });
         }
-        if self.max.len() != shape.len() {
+        if self.rule == ShapeRule::Dims && !self.max.is_empty() && self.max.len() != shape.len() {
             return Err(Error::InvalidView {
                 buffer: self.name.to_string(),
                 shape: shape.to_vec(),
-                reason: "a site keeps the number of dimensions it was first requested with",
+                reason: "a site with per-dimension limits keeps the number of dimensions it was first sized with",
             });
         }
         Ok(())
     }
 }
 
-/// All sites of a recorder, in first-seen order, with a name index.
+/// All sites of a recorder, in first-seen order, with name indexes per
+/// mode and for persistent buffers.
 ///
-/// The index hashes with FxHash: names come from the program, not from an
+/// The indexes hash with FxHash: names come from the program, not from an
 /// adversary, and a frozen step looks one up per request, so a hash of a
 /// few nanoseconds matters more than SipHash's flooding resistance.
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     pub sites: Vec<Site>,
-    index: FxHashMap<Arc<str>, u32>,
+    by_mode: Vec<FxHashMap<Arc<str>, u32>>,
+    persistent: FxHashMap<Arc<str>, u32>,
 }
 
 impl Table {
-    /// The site called `name`. Hashes the name; allocates nothing.
+    /// The temporary called `name` in mode `mode`. Hashes the name;
+    /// allocates nothing.
     #[inline]
-    pub fn find(&self, name: &str) -> Option<usize> {
-        self.index.get(name).map(|&i| i as usize)
+    pub fn find(&self, mode: u16, name: &str) -> Option<usize> {
+        self.by_mode
+            .get(usize::from(mode))
+            .and_then(|m| m.get(name))
+            .map(|&i| i as usize)
     }
 
-    /// Adds a site (its name must be new).
+    /// The persistent buffer called `name`.
+    #[inline]
+    pub fn find_persistent(&self, name: &str) -> Option<usize> {
+        self.persistent.get(name).map(|&i| i as usize)
+    }
+
+    /// Whether any mode has a temporary called `name`.
+    pub fn any_temp(&self, name: &str) -> bool {
+        self.by_mode.iter().any(|m| m.contains_key(name))
+    }
+
+    /// Adds a site (its name must be new in its mode, or among persistent
+    /// buffers).
     pub fn insert(&mut self, site: Site) -> Result<usize> {
         let index = u32::try_from(self.sites.len()).map_err(|_| Error::SizeOverflow {
             buffer: site.name.to_string(),
@@ -136,7 +189,17 @@ impl Table {
             what: "the number of sites",
             limit: u64::from(u32::MAX),
         })?;
-        self.index.insert(Arc::clone(&site.name), index);
+        let map = match site.mode {
+            None => &mut self.persistent,
+            Some(m) => {
+                let m = usize::from(m);
+                if self.by_mode.len() <= m {
+                    self.by_mode.resize_with(m + 1, FxHashMap::default);
+                }
+                &mut self.by_mode[m]
+            }
+        };
+        map.insert(Arc::clone(&site.name), index);
         self.sites.push(site);
         Ok(index as usize)
     }
@@ -160,26 +223,37 @@ mod tests {
     }
 
     #[test]
-    fn maxima_are_per_dimension_and_ranks_are_fixed() {
-        let mut s = Site::temp("x", DType::F32, &[4, 10], Life::Step);
-        s.widen(&[7, 3]);
-        s.widen(&[2, 12]);
-        assert_eq!(s.max.as_slice(), &[7, 12]);
-        s.check_compatible(DType::F32, &[1, 1]).unwrap();
-        let e = s.check_compatible(DType::F32, &[1, 1, 1]).unwrap_err();
+    fn sites_are_sized_by_element_count_unless_opted_in() {
+        let mut s = Site::temp("x", 0, DType::F32);
+        s.widen(&[4, 10], 64);
+        s.widen(&[7, 3], 112);
+        s.widen(&[2, 12], 32);
+        assert_eq!(s.max.as_slice(), &[7, 3], "the largest padded request");
+        // Any rank, by element count.
+        s.check_compatible(DType::F32, &[1, 1, 1]).unwrap();
+        let mut d = Site::temp("y", 0, DType::F32);
+        d.rule = ShapeRule::Dims;
+        d.widen(&[4, 10], 64);
+        d.widen(&[7, 3], 112);
+        assert_eq!(d.max.as_slice(), &[7, 10], "the largest of each dimension");
+        let e = d.check_compatible(DType::F32, &[1, 1, 1]).unwrap_err();
         assert!(e.to_string().contains("number of dimensions"), "{e}");
-        let e = s.check_compatible(DType::I32, &[1, 1]).unwrap_err();
+        let e = d.check_compatible(DType::I32, &[1, 1]).unwrap_err();
         assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
     }
 
     #[test]
-    fn the_index_finds_sites_by_name() {
+    fn the_indexes_find_sites_by_mode_and_name() {
         let mut t = Table::default();
-        t.insert(Site::temp("a", DType::F32, &[1], Life::Span(0, 0)))
+        t.insert(Site::temp("a", 1, DType::F32)).unwrap();
+        t.insert(Site::persistent("b", DType::U8, &[2], 16))
             .unwrap();
-        t.insert(Site::persistent("b", DType::U8, &[2])).unwrap();
-        assert_eq!(t.find("b"), Some(1));
-        assert_eq!(t.find("c"), None);
+        t.insert(Site::temp("a", 2, DType::F32)).unwrap();
+        assert_eq!(t.find(1, "a"), Some(0));
+        assert_eq!(t.find(2, "a"), Some(2));
+        assert_eq!(t.find(0, "a"), None);
+        assert_eq!(t.find_persistent("b"), Some(1));
+        assert!(t.any_temp("a") && !t.any_temp("b"));
         assert!(t.sites[1].is_persistent());
     }
 }

@@ -1,61 +1,65 @@
 //! The step scope of a recorder: temporaries by site name, persistent
-//! buffers by handle, phases.
+//! buffers by handle, phases of the step's mode.
 
 use super::lease::SiteLease;
-use super::recorder::Persistent;
-use super::shared_state::{SharedState, persistent_by_name};
-use crate::arena::Step;
+use super::shared_state::SharedState;
+use crate::arena::{Leases, Step, StepScope};
 use crate::device::Device;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::plan::{BufferId, Phase};
+use crate::plan::{Buffer, BufferId, Mode, Phase};
+use crate::shape::{ShapeRule, check_dims, view_elements};
 
-/// One step of a [`Recorder`](super::Recorder): made by
-/// [`Recorder::step`](super::Recorder::step); every lease borrows it.
+/// One step of a [`Recorder`](super::Recorder), in one mode: made by
+/// [`Recorder::step`](super::Recorder::step) or
+/// [`Recorder::step_in`](super::Recorder::step_in); every lease borrows it.
 ///
 /// While the recorder records, requests are served from its pool and
 /// recorded; once frozen, the same calls lease planned buffers of its arena
-/// and allocate nothing.
+/// and allocate nothing. It implements [`StepScope`], as the planned
+/// [`Step`] does, so a model written once runs on both.
 pub struct RecordStep<'r, D: Device> {
     pub(crate) shared: &'r SharedState,
+    /// The step's mode.
+    pub(crate) mode: u16,
     /// The arena step and the buffer id of every site, once frozen.
     pub(crate) frozen: Option<(Step<'r, D>, &'r [BufferId])>,
 }
 
 impl<'r, D: Device> RecordStep<'r, D> {
-    /// A temporary of `shape` for the site called `site` (any stable name:
-    /// a string constant, or [`call_site!()`](crate::call_site) for the
-    /// calling line).
+    /// A temporary of `shape` for the site called `site` in the step's mode
+    /// (any stable name: a string constant, or
+    /// [`call_site!()`](crate::call_site) for the calling line).
     ///
     /// Recording: the request is served from the pool (allocating if the
-    /// site needs more memory) and recorded: the site's element type, its
-    /// largest shape per dimension, and the phases from its first lease to
-    /// its last release. A site keeps its element type and number of
-    /// dimensions.
+    /// site needs more memory) and recorded: the site's element type, the
+    /// shape its buffer must hold (by its [`ShapeRule`]: the request whose
+    /// padded shape has the most elements, or, for a site that opted in to
+    /// per-dimension limits, the largest of each dimension), and the phases
+    /// from its first lease to its last release.
     ///
     /// Frozen: the planned buffer of the site, viewed with `shape`, found
-    /// by hashing the name (no allocation). A site never recorded is an
-    /// [`Error::UnrecordedSite`]; a shape with a dimension beyond the
-    /// planned (padded) maximum is an [`Error::ExceedsRecorded`] naming the
-    /// recorded maximum.
+    /// by hashing the name (no allocation). A site never recorded in this
+    /// mode is an [`Error::UnrecordedSite`]; a shape its buffer cannot hold
+    /// by the site's rule is an [`Error::ExceedsRecorded`] naming the rule.
     #[inline]
     pub fn temp<T: Element>(&self, site: &str, shape: &[usize]) -> Result<SiteLease<'_, T, D>> {
         match &self.frozen {
             None => self.shared.request::<T>(site, shape).map(SiteLease::pooled),
             Some((step, ids)) => {
-                let buffer = self.frozen_site::<T>(step, ids, site, shape)?;
+                let (buffer, elements) = self.frozen_site::<T>(step, ids, site, shape)?;
                 let mut lease = step.lease(buffer)?;
-                // `frozen_site` checked the shape against the padded one:
-                // same rank, no dimension larger, so it fits the capacity.
+                // `frozen_site` checked the shape by the site's rule.
                 lease.dims[..shape.len()].copy_from_slice(shape);
                 lease.ndim = shape.len() as u8;
-                lease.len = shape.iter().product();
+                lease.len = elements;
                 Ok(SiteLease::planned(lease))
             }
         }
     }
 
-    /// Finds a frozen site's buffer and checks the request against it.
+    /// Finds a frozen site's buffer and checks the request against it;
+    /// returns the buffer and the view's element count.
     #[inline]
     fn frozen_site<T: Element>(
         &self,
@@ -63,22 +67,19 @@ impl<'r, D: Device> RecordStep<'r, D> {
         ids: &[BufferId],
         name: &str,
         shape: &[usize],
-    ) -> Result<crate::plan::Buffer<T>> {
+    ) -> Result<(Buffer<T>, usize)> {
         let table = self.shared.table.borrow();
-        let Some(index) = table.find(name) else {
-            return Err(Error::UnrecordedSite {
-                site: name.to_owned(),
-            });
+        let Some(index) = table.find(self.mode, name) else {
+            if table.find_persistent(name).is_some() {
+                return Err(crate::arena::persistent_by_name(name, shape));
+            }
+            return Err(self.unrecorded(name));
         };
         let site = &table.sites[index];
-        if site.is_persistent() {
-            return Err(persistent_by_name(name, shape));
-        }
-        // Sites cannot be added while frozen, so every site has an id.
-        let Some(&id) = ids.get(index) else {
-            return Err(Error::UnrecordedSite {
-                site: name.to_owned(),
-            });
+        // Sites cannot be added while frozen, so every site has an id; one
+        // opted in to per-dimension limits but never sized has no buffer.
+        let Some(&id) = ids.get(index).filter(|_| !site.max.is_empty()) else {
+            return Err(self.unrecorded(name));
         };
         let Some(buffer) = id.typed::<T>() else {
             return Err(Error::DTypeMismatch {
@@ -88,55 +89,69 @@ impl<'r, D: Device> RecordStep<'r, D> {
             });
         };
         let Some(planned) = step.plan().buffers().get(id.index()) else {
-            return Err(Error::UnrecordedSite {
-                site: name.to_owned(),
-            });
+            return Err(self.unrecorded(name));
         };
         let padded = planned.padded_shape();
-        let fits =
-            shape.len() == padded.len() && shape.iter().zip(padded.iter()).all(|(s, p)| s <= p);
-        if !fits || shape.contains(&0) {
-            return Err(if fits {
-                Error::EmptyShape {
-                    buffer: name.to_owned(),
-                    shape: shape.to_vec(),
-                }
-            } else {
-                Error::ExceedsRecorded {
-                    site: name.to_owned(),
-                    requested: shape.to_vec(),
-                    recorded: site.max.to_vec(),
-                    padded: padded.to_vec(),
-                }
+        let exceeds = |per_dimension| {
+            Error::ExceedsRecorded(Box::new(crate::error::ExceedsRecorded {
+                site: name.to_owned(),
+                mode: self.shared.mode_name(self.mode).to_owned(),
+                requested: shape.to_vec(),
+                recorded: site.max.to_vec(),
+                padded: padded.to_vec(),
+                capacity: planned.capacity(),
+                per_dimension,
+            }))
+        };
+        // The one shape rule, with the recorder's message for a request
+        // beyond the plan (it says how to re-plan).
+        let elements = match view_elements(name, shape, planned.capacity(), padded) {
+            Ok(n) => n,
+            Err(Error::ViewTooLarge { .. }) => return Err(exceeds(false)),
+            Err(e) => return Err(e),
+        };
+        if site.rule == ShapeRule::Dims && check_dims(name, shape, padded).is_err() {
+            return Err(exceeds(true));
+        }
+        if shape.contains(&0) {
+            return Err(Error::EmptyShape {
+                buffer: name.to_owned(),
+                shape: shape.to_vec(),
             });
         }
-        Ok(buffer)
+        Ok((buffer, elements))
+    }
+
+    #[cold]
+    fn unrecorded(&self, name: &str) -> Error {
+        Error::UnrecordedSite {
+            site: name.to_owned(),
+            mode: self.shared.mode_name(self.mode).to_owned(),
+        }
     }
 
     /// Leases a persistent buffer declared with
     /// [`Recorder::persistent`](super::Recorder::persistent), viewed with its
     /// declared shape.
-    pub fn lease<T: Element>(&self, buffer: Persistent<T>) -> Result<SiteLease<'_, T, D>> {
-        if buffer.owner != self.shared.id {
+    pub fn lease<T: Element>(&self, buffer: Buffer<T>) -> Result<SiteLease<'_, T, D>> {
+        let index = buffer.id.index();
+        if buffer.id.planner != self.shared.id {
             return Err(Error::ForeignHandle {
-                index: buffer.index,
+                index,
                 owner: "recorder",
             });
         }
         match &self.frozen {
             None => self
                 .shared
-                .lease_persistent::<T>(buffer.index)
+                .lease_persistent::<T>(index)
                 .map(SiteLease::pooled),
             Some((step, ids)) => {
-                let id = ids
-                    .get(buffer.index)
-                    .copied()
-                    .and_then(BufferId::typed::<T>);
+                let id = ids.get(index).copied().and_then(BufferId::typed::<T>);
                 match id {
                     Some(b) => step.lease(b).map(SiteLease::planned),
                     None => Err(Error::ForeignHandle {
-                        index: buffer.index,
+                        index,
                         owner: "recorder",
                     }),
                 }
@@ -144,14 +159,26 @@ impl<'r, D: Device> RecordStep<'r, D> {
         }
     }
 
-    /// Moves the step to `phase` (declared with
-    /// [`Recorder::phase`](super::Recorder::phase)); phases only move
+    /// Moves the step to `phase`, a phase of the step's mode (declared with
+    /// [`Recorder::phase`](super::Recorder::phase) or
+    /// [`Recorder::phase_in`](super::Recorder::phase_in)); phases only move
     /// forward. Leases dropped from now on count as used up to `phase`.
     pub fn enter(&self, phase: Phase) -> Result<()> {
-        if phase.planner != self.shared.id || phase.index() >= self.shared.phases.len() {
+        let mode = self.shared.modes.get(usize::from(phase.mode));
+        let Some(mode) =
+            mode.filter(|m| phase.planner == self.shared.id && phase.index() < m.phases.len())
+        else {
             return Err(Error::ForeignPhase {
                 index: phase.index(),
                 owner: "recorder",
+            });
+        };
+        if phase.mode != self.mode {
+            return Err(Error::WrongMode {
+                what: "phase",
+                name: mode.phases[phase.index()].clone(),
+                mode: mode.name.clone(),
+                step_mode: self.shared.mode_name(self.mode).to_owned(),
             });
         }
         match &self.frozen {
@@ -160,7 +187,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
                 if phase.index() < current {
                     return Err(Error::PhaseOrder {
                         current: self.shared.phase_name().to_owned(),
-                        requested: self.shared.phases[phase.index()].clone(),
+                        requested: mode.phases[phase.index()].clone(),
                     });
                 }
                 self.shared.phase.set(phase.index());
@@ -168,12 +195,12 @@ impl<'r, D: Device> RecordStep<'r, D> {
             }
             Some((step, _)) => step.enter(Phase {
                 planner: step.plan().id,
-                index: phase.index,
+                ..phase
             }),
         }
     }
 
-    /// Name of the current phase (`"step"` when none are declared).
+    /// Name of the current phase (`"step"` when the mode has none).
     pub fn phase(&self) -> &str {
         match &self.frozen {
             None => self.shared.phase_name(),
@@ -181,8 +208,55 @@ impl<'r, D: Device> RecordStep<'r, D> {
         }
     }
 
+    /// The step's mode.
+    pub fn mode(&self) -> Mode {
+        Mode {
+            planner: self.shared.id,
+            index: self.mode,
+        }
+    }
+
     /// Whether this step is being recorded (served from the pool).
     pub fn is_recording(&self) -> bool {
         self.frozen.is_none()
+    }
+}
+
+/// The lease family of a recorder on device `D`: [`SiteLease`].
+#[derive(Debug)]
+pub struct Recorded<D>(std::marker::PhantomData<D>);
+
+impl<D: Device> Leases for Recorded<D> {
+    type Device = D;
+    type Lease<'s, T: Element>
+        = SiteLease<'s, T, D>
+    where
+        Self: 's;
+}
+
+impl<'r, D: Device> StepScope for RecordStep<'r, D> {
+    type Device = D;
+    type Family = Recorded<D>;
+
+    #[inline]
+    fn temp<T: Element>(&self, name: &str, shape: &[usize]) -> Result<SiteLease<'_, T, D>> {
+        RecordStep::temp(self, name, shape)
+    }
+
+    #[inline]
+    fn lease<T: Element>(&self, buffer: Buffer<T>) -> Result<SiteLease<'_, T, D>> {
+        RecordStep::lease(self, buffer)
+    }
+
+    fn enter(&self, phase: Phase) -> Result<()> {
+        RecordStep::enter(self, phase)
+    }
+
+    fn phase(&self) -> &str {
+        RecordStep::phase(self)
+    }
+
+    fn is_recording(&self) -> bool {
+        RecordStep::is_recording(self)
     }
 }

@@ -1,39 +1,56 @@
 //! Spec sets as TOML files that can be checked in:
 //!
 //! ```toml
-//! version = 1
-//! phases = ["forward", "backward"]
+//! version = 2
+//! phases = ["forward", "backward"]    # the default mode's phases
+//!
+//! [[mode]]                            # optional: declared modes
+//! name = "eval"
+//! phases = ["forward"]
 //!
 //! [[buffer]]
 //! name = "h"
 //! dtype = "f32"
 //! shape = [4096, 128]
 //! lifetime = ["forward", "backward"]  # or "persistent", "step", ["forward"]
+//! mode = "eval"                       # optional; the default mode otherwise
+//! shape_rule = "dims"                 # optional; "elements" otherwise
 //! rounding = "inner32"                # optional; the planner's default otherwise
 //! recorded_steps = 12                 # optional; absent for specs declared by hand
 //! ```
 //!
 //! A span of phases is a list of its first and last phase names (one name
-//! for a single phase), so any phase name reads back unambiguously.
+//! for a single phase) of the buffer's mode, so any phase name reads back
+//! unambiguously. Version 1 files (no modes, no shape rules) still load.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use super::specs::SpecMode;
 use super::specs::{SpecEntry, SpecLifetime, SpecSet};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::shape::Rounding;
+use crate::shape::{Rounding, ShapeRule};
 
-/// The format version this build writes and reads.
-pub const SPEC_FILE_VERSION: u32 = 1;
+/// The format version this build writes. It reads this one and version 1
+/// (the format before modes and shape rules).
+pub const SPEC_FILE_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 struct FileOut<'a> {
     version: u32,
     phases: &'a [String],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    mode: Vec<ModeOut<'a>>,
     buffer: Vec<EntryOut<'a>>,
+}
+
+#[derive(Serialize)]
+struct ModeOut<'a> {
+    name: &'a str,
+    phases: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -50,6 +67,10 @@ struct EntryOut<'a> {
     shape: &'a [usize],
     lifetime: LifetimeOut<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shape_rule: Option<ShapeRule>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     rounding: Option<Rounding>,
     #[serde(skip_serializing_if = "Option::is_none")]
     recorded_steps: Option<u64>,
@@ -62,7 +83,17 @@ struct FileIn {
     #[serde(default)]
     phases: Vec<Spanned<String>>,
     #[serde(default)]
+    mode: Vec<Spanned<ModeIn>>,
+    #[serde(default)]
     buffer: Vec<Spanned<EntryIn>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModeIn {
+    name: String,
+    #[serde(default)]
+    phases: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -72,6 +103,10 @@ struct EntryIn {
     dtype: DType,
     shape: Vec<usize>,
     lifetime: Spanned<toml::Value>,
+    #[serde(default)]
+    mode: Option<Spanned<String>>,
+    #[serde(default)]
+    shape_rule: Option<Spanned<ShapeRule>>,
     #[serde(default)]
     rounding: Option<Rounding>,
     #[serde(default)]
@@ -83,18 +118,24 @@ impl SpecSet {
     /// headed by a comment saying what wrote it.
     ///
     /// ```
-    /// use tensor_arena::record::{SpecEntry, SpecLifetime, SpecSet};
+    /// use tensor_arena::record::{SpecEntry, SpecLifetime, SpecMode, SpecSet};
     /// use tensor_arena::DType;
-    /// let set = SpecSet::new(vec!["forward".into()], vec![SpecEntry {
-    ///     name: "x".into(),
-    ///     dtype: DType::F32,
-    ///     shape: vec![8, 3],
-    ///     lifetime: SpecLifetime::Phases { first: 0, last: 0 },
-    ///     rounding: None,
-    ///     recorded_steps: Some(2),
-    /// }])?;
+    /// let eval = SpecMode { name: "eval".into(), phases: vec!["forward".into()] };
+    /// let set = SpecSet::with_modes(vec!["forward".into()], vec![eval], vec![
+    ///     SpecEntry {
+    ///         lifetime: SpecLifetime::Phases { first: 0, last: 0 },
+    ///         recorded_steps: Some(2),
+    ///         ..SpecEntry::new("x", DType::F32, &[8, 3])
+    ///     },
+    ///     SpecEntry {
+    ///         lifetime: SpecLifetime::Phases { first: 0, last: 0 },
+    ///         mode: Some("eval".into()),
+    ///         ..SpecEntry::new("x", DType::F32, &[64, 3])
+    ///     },
+    /// ])?;
     /// let text = set.to_toml()?;
     /// assert!(text.contains("lifetime = [\"forward\"]"));
+    /// assert!(text.contains("mode = \"eval\""));
     /// assert_eq!(SpecSet::from_toml(&text)?, set);
     /// # Ok::<(), tensor_arena::Error>(())
     /// ```
@@ -102,6 +143,14 @@ impl SpecSet {
         let file = FileOut {
             version: SPEC_FILE_VERSION,
             phases: &self.phases,
+            mode: self
+                .modes
+                .iter()
+                .map(|m| ModeOut {
+                    name: &m.name,
+                    phases: &m.phases,
+                })
+                .collect(),
             buffer: self
                 .buffers
                 .iter()
@@ -109,7 +158,9 @@ impl SpecSet {
                     name: &b.name,
                     dtype: b.dtype,
                     shape: &b.shape,
-                    lifetime: self.lifetime_out(b.lifetime),
+                    lifetime: self.lifetime_out(b.mode.as_deref(), b.lifetime),
+                    mode: b.mode.as_deref(),
+                    shape_rule: (b.shape_rule != ShapeRule::Elements).then_some(b.shape_rule),
                     rounding: b.rounding,
                     recorded_steps: b.recorded_steps,
                 })
@@ -131,8 +182,9 @@ impl SpecSet {
         ))
     }
 
-    fn lifetime_out(&self, lifetime: SpecLifetime) -> LifetimeOut<'_> {
-        let name = |i: usize| self.phases.get(i).map_or("?", String::as_str);
+    fn lifetime_out(&self, mode: Option<&str>, lifetime: SpecLifetime) -> LifetimeOut<'_> {
+        let phases = self.phases_of(mode).unwrap_or(&[]);
+        let name = |i: usize| phases.get(i).map_or("?", String::as_str);
         match lifetime {
             SpecLifetime::Persistent => LifetimeOut::Word("persistent"),
             SpecLifetime::Step => LifetimeOut::Word("step"),
@@ -180,14 +232,30 @@ fn parse(text: &str, source: &str) -> Result<SpecSet> {
             None => invalid(what),
         }
     })?;
-    if *file.version.get_ref() != SPEC_FILE_VERSION {
+    let version = *file.version.get_ref();
+    if !(1..=SPEC_FILE_VERSION).contains(&version) {
         return Err(invalid(format!(
-            "line {}: version {} is not supported (this build reads version {SPEC_FILE_VERSION})",
+            "line {}: version {version} is not supported (this build reads versions 1 to {SPEC_FILE_VERSION})",
             line_of(file.version.span().start),
-            file.version.get_ref()
+        )));
+    }
+    if version == 1
+        && let Some(m) = file.mode.first()
+    {
+        return Err(invalid(format!(
+            "line {}: modes need version 2 (this file says version 1)",
+            line_of(m.span().start)
         )));
     }
     let phases: Vec<String> = file.phases.iter().map(|p| p.get_ref().clone()).collect();
+    let modes: Vec<SpecMode> = file
+        .mode
+        .iter()
+        .map(|m| SpecMode {
+            name: m.get_ref().name.clone(),
+            phases: m.get_ref().phases.clone(),
+        })
+        .collect();
     let mut buffers = Vec::with_capacity(file.buffer.len());
     for spanned in &file.buffer {
         let b = spanned.get_ref();
@@ -198,18 +266,54 @@ fn parse(text: &str, source: &str) -> Result<SpecSet> {
                 b.name
             ))
         };
-        let lifetime = parse_lifetime(b.lifetime.get_ref(), &phases)
+        let v2 = |key: &str, offset: usize| {
+            if version == 1 {
+                Err(at(
+                    offset,
+                    format!("`{key}` needs version 2 (this file says version 1)"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(m) = &b.mode {
+            v2("mode", m.span().start)?;
+        }
+        if let Some(r) = &b.shape_rule {
+            v2("shape_rule", r.span().start)?;
+        }
+        let mode = b.mode.as_ref().map(|m| m.get_ref().clone());
+        let mode_phases = match &mode {
+            None => &phases,
+            Some(name) => match modes.iter().find(|m| &m.name == name) {
+                Some(m) => &m.phases,
+                None => {
+                    let offset = b.mode.as_ref().map_or(0, |m| m.span().start);
+                    return Err(at(offset, format!("mode '{name}' is not declared")));
+                }
+            },
+        };
+        let lifetime = parse_lifetime(b.lifetime.get_ref(), mode_phases)
             .map_err(|what| at(b.lifetime.span().start, what))?;
         buffers.push(SpecEntry {
             name: b.name.clone(),
             dtype: b.dtype,
             shape: b.shape.clone(),
             lifetime,
+            mode,
+            shape_rule: b
+                .shape_rule
+                .as_ref()
+                .map_or(ShapeRule::Elements, |r| *r.get_ref()),
             rounding: b.rounding,
             recorded_steps: b.recorded_steps,
         });
     }
-    let set = SpecSet { phases, buffers };
+    let set = SpecSet {
+        phases,
+        modes,
+        buffers,
+    };
     set.check().map_err(|(index, reason)| {
         let line = index
             .and_then(|i| file.buffer.get(i))
@@ -290,6 +394,26 @@ mod tests {
             let e = parse(bad).unwrap_err();
             assert!(e.contains("list of one or two phase names"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn version_1_files_load_and_cannot_use_modes() {
+        let v1 = "version = 1\nphases = [\"f\"]\n\n[[buffer]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\nlifetime = [\"f\"]\n";
+        let set = SpecSet::from_toml(v1).unwrap();
+        assert_eq!(set.buffers()[0].mode, None);
+        assert!(set.to_toml().unwrap().contains("version = 2"));
+        let with_mode = format!("{v1}mode = \"eval\"\n");
+        let e = SpecSet::from_toml(&with_mode).unwrap_err().to_string();
+        assert!(e.contains("line 9") && e.contains("needs version 2"), "{e}");
+        let v3 = v1.replace("version = 1", "version = 3");
+        let e = SpecSet::from_toml(&v3).unwrap_err().to_string();
+        assert!(e.contains("versions 1 to 2"), "{e}");
+        let undeclared = format!(
+            "{}mode = \"eval\"\n",
+            v1.replace("version = 1", "version = 2")
+        );
+        let e = SpecSet::from_toml(&undeclared).unwrap_err().to_string();
+        assert!(e.contains("mode 'eval' is not declared"), "{e}");
     }
 
     #[test]

@@ -174,7 +174,7 @@ fn handles_from_elsewhere_are_rejected() -> R {
         Err(Error::ForeignHandle { .. })
     ));
     assert!(matches!(
-        arena.write(x1, &[0.0; 17]),
+        arena.write_prefix(x1, &[0.0; 17]),
         Err(Error::ViewTooLarge { .. })
     ));
     Ok(())
@@ -232,11 +232,121 @@ fn every_element_type_plans_and_copies() -> R {
 #[test]
 fn memory_summary_reports_the_slab_and_leases() -> R {
     let mut p = Planner::new();
+    let w = p.persistent::<f32>("w", &[256])?;
     let x = p.step::<f32>("x", &[1000])?;
     let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
-    arena.step(|s| s.lease(x).map(drop))?;
+    for _ in 0..4 {
+        arena.step(|s| -> R {
+            drop(s.lease(w)?);
+            drop(s.lease(x)?);
+            Ok(())
+        })?;
+    }
     let text = arena.memory_summary();
     assert!(text.contains("Device reserved memory"), "{text}");
-    assert!(text.contains("steps: 1"), "{text}");
+    assert!(text.contains("steps: 4"), "{text}");
+    // Leases are called leases, not allocations: 8 of them, and 1 device
+    // allocation.
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("| {name}")))
+            .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        row("Leases (not allocations)").map(|r| r[2..6].to_vec()),
+        Some(vec!["0", "1", "8", "8"]),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Allocations") && !text.contains("Active allocs"),
+        "{text}"
+    );
+    assert!(text.contains("device allocation calls: 1"), "{text}");
+    // The persistent buffer is allocated though not leased now.
+    let plan = arena.plan();
+    let (pw, px) = (plan.buffer(w.id())?.size(), plan.buffer(x.id())?.size());
+    let stats = arena.stats();
+    assert_eq!(stats.persistent_bytes, pw as u64);
+    assert_eq!(stats.persistent_buffers, 1);
+    assert_eq!(stats.active_bytes, 0);
+    assert_eq!(stats.peak_active_bytes, px as u64);
+    assert_eq!(stats.leased_bytes, 4 * px as u64, "step-scoped leases only");
+    let allocated = row("Allocated memory").unwrap_or_default();
+    assert_eq!(pw, 1536);
+    assert_eq!(allocated.get(2).copied(), Some("1.5 KiB"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn memory_summary_explains_reserved_beyond_the_slab() -> R {
+    // 3 MiB of plan: the host backs it with two 2 MiB pages.
+    let mut p = Planner::new();
+    p.step::<u8>("x", &[3 << 20])?;
+    let plan = p.plan()?;
+    let slab = plan.slab_bytes() as u64;
+    let arena = Arena::new(HostDevice::new(), plan)?;
+    let stats = arena.stats();
+    assert_eq!(stats.slab_bytes, slab);
+    assert_eq!(stats.reserved_bytes, 4 << 20);
+    let text = arena.memory_summary();
+    assert!(
+        text.contains("slab 3.0 MiB (the plan); reserved 4.0 MiB:"),
+        "{text}"
+    );
+    assert!(text.contains("2 MiB pages"), "{text}");
+    let widths: Vec<usize> = text.lines().map(|l| l.chars().count()).collect();
+    assert!(widths.iter().all(|&w| w == widths[0]), "{text}");
+    // A small slab is reserved as is.
+    let mut p = Planner::new();
+    p.step::<u8>("y", &[100])?;
+    let small = Arena::new(HostDevice::new(), p.plan()?)?;
+    assert!(small.memory_summary().contains("reserved as is"));
+    Ok(())
+}
+
+#[test]
+fn whole_buffer_copies_must_match_the_shape() -> R {
+    let mut p = Planner::new();
+    let w = p.persistent::<f32>("w", &[64, 64])?;
+    let b = p.persistent::<f32>("b", &[10])?;
+    let mut arena = Arena::new(HostDevice::new(), p.plan()?)?;
+    // The footgun: 10 values into a 64x64 buffer.
+    let e = arena.write(w, &[1.0; 10]).unwrap_err();
+    assert_eq!(
+        e,
+        Error::CopyLength {
+            op: "write",
+            buffer: "w".into(),
+            given: 10,
+            expected: 4096,
+            shape: vec![64, 64],
+        }
+    );
+    assert!(e.to_string().contains("write_prefix"), "{e}");
+    // The declared shape, not the padded capacity (b pads to 16).
+    assert!(matches!(
+        arena.write(b, &[0.0; 16]),
+        Err(Error::CopyLength { .. })
+    ));
+    arena.write(b, &[0.5; 10])?;
+    arena.write(w, &vec![1.0; 4096])?;
+    // Partial copies on purpose, up to the capacity.
+    arena.write_prefix(w, &[2.0; 10])?;
+    arena.write_prefix(b, &[0.25; 16])?;
+    assert!(matches!(
+        arena.write_prefix(b, &[0.0; 17]),
+        Err(Error::ViewTooLarge { .. })
+    ));
+    let mut head = [0.0; 12];
+    arena.read_prefix(w, &mut head)?;
+    assert_eq!(head[..10], [2.0; 10]);
+    assert_eq!(head[10..], [1.0; 2]);
+    assert!(matches!(
+        arena.read(w, &mut [0.0; 12]),
+        Err(Error::CopyLength { op: "read", .. })
+    ));
+    let mut all = vec![0.0; 10];
+    arena.read(b, &mut all)?;
+    assert_eq!(all, [0.25; 10]);
     Ok(())
 }

@@ -25,6 +25,7 @@ mod backend;
 #[path = "../../examples/mask_and_train/data.rs"]
 mod data;
 #[path = "../../examples/mask_and_train/model.rs"]
+#[allow(dead_code)]
 mod model;
 #[path = "../../examples/mask_and_train/train.rs"]
 #[allow(dead_code)]
@@ -38,9 +39,12 @@ mod checked;
 mod cli;
 mod fuzz_specs;
 mod minimalloc;
+mod modes;
 mod ops;
 mod placement;
 mod properties;
 mod record;
 mod record_properties;
 mod record_specs;
+mod scope;
+mod u8_masks;

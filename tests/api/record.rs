@@ -6,7 +6,8 @@ use ndarray::Ix2;
 use tensor_arena::ops::gemm;
 use tensor_arena::record::{RecordStep, SpecLifetime};
 use tensor_arena::{
-    DType, Error, HostDevice, Persistent, Phase, Planner, Recorder, SpecSet, plan::PlanReport,
+    DType, Error, HostDevice, Persistent, Phase, Planner, Recorder, ShapeRule, SpecSet,
+    plan::PlanReport,
 };
 
 type R = tensor_arena::Result<()>;
@@ -149,17 +150,21 @@ fn a_recorded_step_and_a_hand_declared_step_give_the_same_plan() -> R {
 }
 
 #[test]
-fn variable_shapes_across_steps_produce_per_dimension_maxima() -> R {
+fn sites_are_sized_by_element_count_unless_they_opt_in_per_dimension() -> R {
     let mut rec = Recorder::new(HostDevice::new());
     let fwd = rec.phase("forward")?;
     let bwd = rec.phase("backward")?;
-    // (rows, cols) whose maxima come from different steps.
+    let m = rec.default_mode();
+    rec.per_dimension::<f32>(m, "d")?;
+    // (rows, cols) whose per-dimension maxima come from different steps;
+    // padded (to 16 columns) they hold 240, 144 and 160 elements.
     let steps = [(5usize, 40usize, false), (9, 12, true), (2, 70, false)];
     for (r, c, late) in steps {
         rec.step(|s| -> R {
             let a = s.temp::<f32>("a", &[r, c])?;
+            let d = s.temp::<f32>("d", &[r, c])?;
             let t = s.temp::<u8>("t", &[c])?;
-            drop(t);
+            drop((t, d));
             s.enter(bwd)?;
             // `a` lives into backward only in one step; its span unites.
             if !late {
@@ -169,31 +174,67 @@ fn variable_shapes_across_steps_produce_per_dimension_maxima() -> R {
         })?;
     }
     let specs = rec.specs();
-    let a = specs.get("a").map(|e| (e.shape.clone(), e.lifetime));
+    let get = |name: &str| {
+        specs
+            .get(name)
+            .map(|e| (e.shape.clone(), e.lifetime, e.shape_rule))
+    };
+    // By element count: the request with the most (padded) elements.
     assert_eq!(
-        a,
-        Some((vec![9, 70], SpecLifetime::Phases { first: 0, last: 1 }))
-    );
-    let t = specs
-        .get("t")
-        .map(|e| (e.shape.clone(), e.dtype, e.lifetime));
-    assert_eq!(
-        t,
+        get("a"),
         Some((
-            vec![70],
-            DType::U8,
-            SpecLifetime::Phases { first: 0, last: 0 }
+            vec![5, 40],
+            SpecLifetime::Phases { first: 0, last: 1 },
+            ShapeRule::Elements
         ))
     );
+    // Opted in: the largest of each dimension.
+    assert_eq!(
+        get("d"),
+        Some((
+            vec![9, 70],
+            SpecLifetime::Phases { first: 0, last: 0 },
+            ShapeRule::Dims
+        ))
+    );
+    assert_eq!(
+        specs.get("t").map(|e| (e.shape.clone(), e.dtype)),
+        Some((vec![70], DType::U8))
+    );
     let plan = rec.freeze()?;
-    assert_eq!(plan.buffers()[0].padded_shape().dims(), &[9, 80]);
-    // Every shape seen while recording, and any smaller one, fits.
+    let padded = |name: &str| {
+        let b = plan.buffers().iter().find(|b| b.name() == name);
+        b.map(|b| b.padded_shape().to_vec())
+    };
+    assert_eq!(padded("a"), Some(vec![5, 48]));
+    assert_eq!(padded("d"), Some(vec![9, 80]));
     rec.step(|s| -> R {
+        // Every shape seen while recording fits, and any shape of no more
+        // elements, whatever its dimensions: the one shape rule.
         for (r, c, _) in steps {
-            s.temp::<f32>("a", &[r, c])?;
+            drop(s.temp::<f32>("a", &[r, c])?);
+            drop(s.temp::<f32>("d", &[r, c])?);
         }
-        s.temp::<f32>("a", &[9, 80])?;
-        s.temp::<u8>("t", &[1])?;
+        drop(s.temp::<f32>("a", &[2, 120])?);
+        drop(s.temp::<f32>("a", &[240])?);
+        let e = s.temp::<f32>("a", &[241]).unwrap_err();
+        assert!(
+            matches!(&e, Error::ExceedsRecorded(x) if !x.per_dimension && x.capacity == 240),
+            "{e}"
+        );
+        assert!(e.to_string().contains("element-count rule"), "{e}");
+        // The opted-in site refuses a dimension beyond its maximum, and a
+        // new rank, though the elements would fit.
+        drop(s.temp::<f32>("d", &[9, 80])?);
+        for shape in [&[10, 1][..], &[2, 2, 2]] {
+            let e = s.temp::<f32>("d", shape).unwrap_err();
+            assert!(
+                matches!(&e, Error::ExceedsRecorded(x) if x.per_dimension),
+                "{e}"
+            );
+            assert!(e.to_string().contains("per-dimension rule"), "{e}");
+        }
+        drop(s.temp::<u8>("t", &[1])?);
         Ok(())
     })?;
     let _ = fwd;
@@ -209,31 +250,34 @@ fn oversize_requests_after_freezing_name_site_maximum_and_shape() -> R {
     rec.step(|s| s.temp::<f32>("x", &[6, 20]).map(drop))?;
     rec.freeze()?;
     let err = rec
-        .step(|s| s.temp::<f32>("x", &[7, 20]).map(drop))
+        .step(|s| s.temp::<f32>("x", &[7, 32]).map(drop))
         .unwrap_err();
     assert_eq!(
         err,
-        Error::ExceedsRecorded {
+        Error::ExceedsRecorded(Box::new(tensor_arena::ExceedsRecorded {
             site: "x".into(),
-            requested: vec![7, 20],
+            mode: "default".into(),
+            requested: vec![7, 32],
             recorded: vec![6, 20],
             padded: vec![6, 32],
-        }
+            capacity: 192,
+            per_dimension: false,
+        }))
     );
     let text = err.to_string();
     assert!(
         text.contains("'x'")
-            && text.contains("[7, 20]")
+            && text.contains("[7, 32]")
             && text.contains("recorded maximum [6, 20]")
+            && text.contains("224 elements")
             && text.contains("rerecord"),
         "{text}"
     );
-    // Within the padding is within the plan; a new rank is not.
+    // Within the padding is within the plan, and so is any shape of no
+    // more elements: [7, 20] and a new rank.
     rec.step(|s| s.temp::<f32>("x", &[6, 32]).map(drop))?;
-    assert!(matches!(
-        rec.step(|s| s.temp::<f32>("x", &[6, 2, 10]).map(drop)),
-        Err(Error::ExceedsRecorded { .. })
-    ));
+    rec.step(|s| s.temp::<f32>("x", &[7, 20]).map(drop))?;
+    rec.step(|s| s.temp::<f32>("x", &[6, 2, 16]).map(drop))?;
 
     // Re-record, then re-plan: contents and the random stream carry over.
     rec.step(|s| -> R {
@@ -245,9 +289,9 @@ fn oversize_requests_after_freezing_name_site_maximum_and_shape() -> R {
     rec.rerecord()?;
     assert!(!rec.is_frozen());
     assert_eq!(rec.rng_state(), rng);
-    rec.step(|s| s.temp::<f32>("x", &[7, 20]).map(drop))?;
+    rec.step(|s| s.temp::<f32>("x", &[7, 32]).map(drop))?;
     let plan = rec.freeze()?;
-    assert_eq!(plan.buffers()[1].shape().dims(), &[7, 20]);
+    assert_eq!(plan.buffers()[1].shape().dims(), &[7, 32]);
     assert_eq!(plan.buffers()[1].recorded_steps(), Some(2));
     let mut back = [0.0; 8];
     rec.read(w, &mut back)?;
@@ -317,8 +361,8 @@ fn misuse_is_an_error_not_a_panic() -> R {
             s.temp::<i32>("a", &[3, 4]),
             Err(Error::DTypeMismatch { .. })
         ));
-        let e = s.temp::<f32>("a", &[12]).unwrap_err();
-        assert!(e.to_string().contains("number of dimensions"), "{e}");
+        // By element count a site may change its number of dimensions.
+        drop(s.temp::<f32>("a", &[12])?);
         assert!(matches!(
             s.temp::<f32>("b", &[0]),
             Err(Error::EmptyShape { .. })
@@ -355,9 +399,28 @@ fn misuse_is_an_error_not_a_panic() -> R {
         rec.write(foreign, &[0.0; 4]),
         Err(Error::ForeignHandle { .. })
     ));
+    // Whole-buffer copies must match the shape; prefixes fit the capacity.
+    let e = rec.write(w, &[0.0; 3]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::CopyLength {
+                given: 3,
+                expected: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("write_prefix"), "{e}");
+    rec.write_prefix(w, &[0.0; 3])?;
     assert!(matches!(
-        rec.write(w, &[0.0; 17]),
+        rec.write_prefix(w, &[0.0; 17]),
         Err(Error::ViewTooLarge { .. })
+    ));
+    assert!(matches!(
+        rec.read(w, &mut [0.0; 5]),
+        Err(Error::CopyLength { .. })
     ));
 
     rec.freeze()?;
@@ -366,11 +429,13 @@ fn misuse_is_an_error_not_a_panic() -> R {
         assert_eq!(
             e,
             Error::UnrecordedSite {
-                site: "never".into()
+                site: "never".into(),
+                mode: "default".into(),
             }
         );
         assert!(
-            e.to_string().contains("never requested while recording"),
+            e.to_string()
+                .contains("never requested in mode 'default' while recording"),
             "{e}"
         );
         assert!(matches!(
@@ -386,10 +451,8 @@ fn misuse_is_an_error_not_a_panic() -> R {
         assert!(!x.is_recording() && x.as_lease().is_some());
         Ok(())
     })?;
-    assert!(matches!(
-        rec.persistent::<f32>("late", &[4]),
-        Err(Error::UnrecordedSite { .. })
-    ));
+    let e = rec.persistent::<f32>("late", &[4]).unwrap_err();
+    assert!(e.to_string().contains("frozen"), "{e}");
     assert!(matches!(
         rec.preload(&SpecSet::default()),
         Err(Error::InvalidSpecs { .. })
@@ -464,5 +527,149 @@ fn preloaded_specs_plan_without_a_recording_step() -> R {
     odd.phase("forward")?;
     let e = odd.preload(&SpecSet::from_toml(&text)?).unwrap_err();
     assert!(e.to_string().contains("phases"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn the_recorder_learns_each_mode_apart() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    let train = rec.mode("train")?;
+    let eval = rec.mode("eval")?;
+    let fwd = rec.phase_in(train, "forward")?;
+    let bwd = rec.phase_in(train, "backward")?;
+    rec.phase_in(eval, "forward")?;
+    assert!(matches!(rec.mode("eval"), Err(Error::DuplicateName { .. })));
+    let w = rec.persistent::<f32>("w", &[32])?;
+    for batch in [4, 16] {
+        rec.step_in(train, |s| -> R {
+            drop(s.lease(w)?);
+            let h = s.temp::<f32>("h", &[batch, 32])?;
+            s.enter(bwd)?;
+            let g = s.temp::<f32>("g", &[batch, 32])?;
+            drop((h, g));
+            // Phases only move forward, in a mode as without one.
+            assert!(matches!(s.enter(fwd), Err(Error::PhaseOrder { .. })));
+            Ok(())
+        })?;
+    }
+    // The same site name in eval: its own site, its own size.
+    rec.step_in(eval, |s| -> R {
+        let e = s.enter(bwd).unwrap_err();
+        assert!(matches!(e, Error::WrongMode { what: "phase", .. }), "{e}");
+        s.temp::<f32>("h", &[256, 32]).map(drop)
+    })?;
+    let specs = rec.specs();
+    let h_train = specs.get_in(Some("train"), "h").map(|e| e.shape.clone());
+    let h_eval = specs.get_in(Some("eval"), "h").map(|e| e.shape.clone());
+    assert_eq!((h_train, h_eval), (Some(vec![16, 32]), Some(vec![256, 32])));
+    assert_eq!(specs.modes().len(), 2);
+    let plan = rec.freeze()?.clone();
+    // Eval's h shares bytes with train's h and g: the modes never run together.
+    let by_name = |mode: Option<usize>, name: &str| {
+        plan.buffers()
+            .iter()
+            .find(|b| b.mode() == mode && b.name() == name)
+            .map(|b| b.range())
+    };
+    let eh = by_name(Some(2), "h").ok_or(Error::EmptyPlan)?;
+    let th = by_name(Some(1), "h").ok_or(Error::EmptyPlan)?;
+    assert!(eh.start < th.end && th.start < eh.end, "{eh:?} {th:?}");
+    // Frozen: each mode serves its own sizes and refuses the other's.
+    rec.step_in(train, |s| -> R {
+        let e = s.temp::<f32>("h", &[256, 32]).unwrap_err();
+        assert!(
+            matches!(&e, Error::ExceedsRecorded(x) if x.mode == "train"),
+            "{e}"
+        );
+        let e = s.temp::<f32>("x", &[1]).unwrap_err();
+        assert!(e.to_string().contains("in mode 'train'"), "{e}");
+        Ok(())
+    })?;
+    rec.step_in(eval, |s| s.temp::<f32>("h", &[256, 32]).map(drop))?;
+    // A spec file carries the modes; a recorder with the same modes
+    // preloads it, one with other modes refuses it.
+    let text = specs.to_toml()?;
+    assert!(
+        text.contains("[[mode]]") && text.contains("mode = \"eval\""),
+        "{text}"
+    );
+    let mut again = Recorder::new(HostDevice::new());
+    let t2 = again.mode("train")?;
+    let e2 = again.mode("eval")?;
+    again.phase_in(t2, "forward")?;
+    again.phase_in(t2, "backward")?;
+    again.phase_in(e2, "forward")?;
+    again.persistent::<f32>("w", &[32])?;
+    again.preload(&SpecSet::from_toml(&text)?)?;
+    assert_eq!(again.freeze()?.slab_bytes(), plan.slab_bytes());
+    let mut other = Recorder::new(HostDevice::new());
+    other.mode("train")?;
+    let e = other.preload(&SpecSet::from_toml(&text)?).unwrap_err();
+    assert!(e.to_string().contains("modes"), "{e}");
+    let foreign = Planner::new().default_mode();
+    assert!(matches!(
+        rec.step_in(foreign, |_| Ok::<_, Error>(())),
+        Err(Error::ForeignMode { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn bounds_declared_up_front_need_not_be_recorded() -> R {
+    let mut rec = Recorder::new(HostDevice::new());
+    let m = rec.default_mode();
+    // The worst case: 32 sequences of 128, flattened; a per-dimension site
+    // bounded at [32, 128, 128].
+    rec.bound::<f32>(m, "flat", &[32 * 128, 64])?;
+    rec.per_dimension::<f32>(m, "att")?;
+    rec.bound::<f32>(m, "att", &[32, 128, 128])?;
+    assert!(matches!(
+        rec.bound::<i32>(m, "flat", &[1, 1]),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    // Steps with the batch maximum and the sequence maximum apart.
+    for (b, l) in [(32, 17), (1, 128)] {
+        rec.step(|s| -> R {
+            drop(s.temp::<f32>("flat", &[b * l, 64])?);
+            drop(s.temp::<f32>("att", &[b, l, l])?);
+            Ok(())
+        })?;
+    }
+    let specs = rec.specs();
+    assert_eq!(
+        specs.get("flat").map(|e| e.shape.clone()),
+        Some(vec![32 * 128, 64])
+    );
+    let att = specs.get("att").map(|e| (e.shape.clone(), e.shape_rule));
+    assert_eq!(att, Some((vec![32, 128, 128], ShapeRule::Dims)));
+    let e = rec.per_dimension::<f32>(m, "flat").unwrap_err();
+    assert!(
+        e.to_string().contains("before the site's first request"),
+        "{e}"
+    );
+    rec.freeze()?;
+    // The never-recorded combination fits: it is within the bounds.
+    rec.step(|s| -> R {
+        drop(s.temp::<f32>("flat", &[32 * 128, 64])?);
+        drop(s.temp::<f32>("att", &[32, 128, 128])?);
+        let e = s.temp::<f32>("att", &[2, 130, 130]).unwrap_err();
+        assert!(
+            matches!(&e, Error::ExceedsRecorded(x) if x.per_dimension),
+            "{e}"
+        );
+        Ok(())
+    })?;
+    // A bounded site never requested is planned for the whole step.
+    let mut rec = Recorder::new(HostDevice::new());
+    let m = rec.default_mode();
+    rec.phase("forward")?;
+    rec.bound::<u8>(m, "spare", &[100])?;
+    rec.freeze()?;
+    rec.step(|s| s.temp::<u8>("spare", &[50]).map(drop))?;
+    let spare = rec
+        .specs()
+        .get("spare")
+        .map(|e| (e.lifetime, e.recorded_steps));
+    assert_eq!(spare, Some((SpecLifetime::Step, None)));
     Ok(())
 }

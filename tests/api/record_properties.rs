@@ -1,18 +1,18 @@
 //! Property tests for recording.
 //!
-//! Spec files: any valid spec set, names of any characters included, reads
-//! back from its TOML unchanged.
+//! Spec files: any valid spec set, with modes and shape rules, names of any
+//! characters included, reads back from its TOML unchanged.
 //!
 //! Recording: for random steps of random requests, each site's learned
-//! shape is the per-dimension maximum of what it asked for and its span
+//! shape is the request with the most (padded) elements and its span
 //! covers every phase it was leased in; the frozen plan is valid, and every
 //! recorded request is served from it, with any shape no larger.
 
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
-use tensor_arena::record::{SpecEntry, SpecLifetime};
-use tensor_arena::{DType, HostDevice, Recorder, Rounding, SpecSet};
+use tensor_arena::record::{SpecEntry, SpecLifetime, SpecMode};
+use tensor_arena::{DType, HostDevice, Recorder, Rounding, ShapeRule, SpecSet};
 
 fn dtype() -> impl Strategy<Value = DType> {
     prop::sample::select(vec![
@@ -28,8 +28,9 @@ fn spec_set() -> impl Strategy<Value = SpecSet> {
     (
         1usize..4,
         prop::collection::btree_set("[a-zA-Z0-9_ .:/\"\\\\é#=\\[\\]-]{1,10}", 2..10),
+        0usize..3,
     )
-        .prop_flat_map(|(phases, names)| {
+        .prop_flat_map(|(phases, names, modes)| {
             let names: Vec<String> = names.into_iter().collect();
             let n = names.len().saturating_sub(phases).max(1);
             let entries = prop::collection::vec(
@@ -46,14 +47,16 @@ fn spec_set() -> impl Strategy<Value = SpecSet> {
                         Rounding::Tile32,
                     ])),
                     prop::option::of(0u64..1_000_000),
+                    0usize..=modes,
+                    any::<bool>(),
                 ),
                 n,
             );
-            (Just(phases), Just(names), entries)
+            (Just(phases), Just(names), Just(modes), entries)
         })
         .prop_filter_map(
             "a name for every phase and buffer",
-            |(phases, names, entries)| {
+            |(phases, names, modes, entries)| {
                 if names.len() < phases + entries.len() {
                     return None;
                 }
@@ -62,24 +65,39 @@ fn spec_set() -> impl Strategy<Value = SpecSet> {
                     .into_iter()
                     .zip(buffer_names)
                     .map(
-                        |((dtype, shape, kind, (a, b), rounding, steps), name)| SpecEntry {
-                            name: name.clone(),
-                            dtype,
-                            shape,
-                            lifetime: match kind {
-                                0 => SpecLifetime::Persistent,
-                                1 => SpecLifetime::Step,
-                                _ => SpecLifetime::Phases {
-                                    first: a.min(b),
-                                    last: a.max(b),
+                        |((dtype, shape, kind, (a, b), rounding, steps, mode, dims), name)| {
+                            SpecEntry {
+                                name: name.clone(),
+                                dtype,
+                                shape,
+                                lifetime: match kind {
+                                    0 => SpecLifetime::Persistent,
+                                    1 => SpecLifetime::Step,
+                                    _ => SpecLifetime::Phases {
+                                        first: a.min(b),
+                                        last: a.max(b),
+                                    },
                                 },
-                            },
-                            rounding,
-                            recorded_steps: steps,
+                                // Every mode has the default mode's phase names.
+                                mode: (kind != 0 && mode > 0).then(|| format!("mode {}", mode - 1)),
+                                shape_rule: if dims {
+                                    ShapeRule::Dims
+                                } else {
+                                    ShapeRule::Elements
+                                },
+                                rounding,
+                                recorded_steps: steps,
+                            }
                         },
                     )
                     .collect();
-                SpecSet::new(phase_names.to_vec(), buffers).ok()
+                let modes = (0..modes)
+                    .map(|k| SpecMode {
+                        name: format!("mode {k}"),
+                        phases: phase_names.to_vec(),
+                    })
+                    .collect();
+                SpecSet::with_modes(phase_names.to_vec(), modes, buffers).ok()
             },
         )
 }
@@ -123,9 +141,14 @@ proptest! {
             rec.phase("p1").map_err(|e| TestCaseError::fail(e.to_string()))?,
             rec.phase("p2").map_err(|e| TestCaseError::fail(e.to_string()))?,
         ];
-        // The model: per site, maximum shape and phase span; and the
-        // requests that were served (a site still leased is skipped).
+        // The model: per site, the shape with the most elements once padded
+        // (the first of equals) and the phase span; and the requests that
+        // were served (a site still leased is skipped).
         let mut max: [Option<(Vec<usize>, usize, usize)>; 4] = Default::default();
+        let padded = |shape: &[usize]| -> usize {
+            let n = shape.len();
+            shape.iter().enumerate().map(|(i, &d)| if i + 1 == n { d.next_multiple_of(16) } else { d }).product()
+        };
         let mut served: Vec<Vec<Request>> = Vec::new();
         for step in &steps {
             let mut requests = step.clone();
@@ -143,8 +166,8 @@ proptest! {
                     let lease = s.temp::<f32>(SITES[*site], shape)?;
                     done.push(request.clone());
                     let entry = max[*site].get_or_insert((shape.clone(), *phase, *phase));
-                    for (m, d) in entry.0.iter_mut().zip(shape) {
-                        *m = (*m).max(*d);
+                    if padded(shape) > padded(&entry.0) {
+                        entry.0 = shape.clone();
                     }
                     entry.1 = entry.1.min(*phase);
                     entry.2 = entry.2.max(*phase);

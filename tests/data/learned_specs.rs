@@ -6,12 +6,12 @@ pub fn declare(planner: &mut Planner) -> tensor_arena::Result<()> {
     let backward = planner.phase("backward")?;
     let embed_weight = planner.persistent::<tensor_arena::f16>("embed.weight", &[100, 48])?;
     let tokens = planner.declare::<i32>(
-        tensor_arena::BufferSpec::of::<i32>("tokens", &[8, 50])
+        tensor_arena::BufferSpec::of::<i32>("tokens", &[6, 50])
             .lifetime(tensor_arena::Lifetime::span(forward, backward))
             .recorded(3),
     )?;
     let pad_mask = planner.declare::<u8>(
-        tensor_arena::BufferSpec::of::<u8>("pad-mask", &[8, 50])
+        tensor_arena::BufferSpec::of::<u8>("pad-mask", &[6, 50])
             .lifetime(tensor_arena::Lifetime::span(forward, forward))
             .recorded(3),
     )?;

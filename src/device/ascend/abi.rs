@@ -13,7 +13,7 @@
 //! | kernel | args after `stream` |
 //! |---|---|
 //! | bernoulli, dropout, dropout backward | `void *x, float p, uint64_t seed, uint64_t offset, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
-//! | apply_mask | `void *x, void *mask, float scale, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
+//! | apply_mask (a mask of `x`'s type, or a u8 mask: `ta_apply_mask_u8_*`) | `void *x, void *mask, float scale, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
 //! | mul | `void *x, void *y, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
 //! | mul_scalar | `void *x, float s, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
 //!
@@ -57,9 +57,25 @@ pub const DEFAULT_TILE_LENGTH: u32 = 4096;
 /// Unified Buffer bytes of an Atlas A2 (910B) AI Core.
 pub const UB_BYTES_910B: u64 = 192 * 1024;
 
-/// Name of the kernel's entry point for `dtype` (without
-/// [`LAUNCH_PREFIX`]); for [`Kernel::Dropout`] the forward pass.
+/// Name of the kernel's entry point for `dtype`, the element type of `x`
+/// (without [`LAUNCH_PREFIX`]); for [`Kernel::Dropout`] the forward pass.
+/// The u8 masks: [`Kernel::Bernoulli`] on `u8` is `ta_bernoulli_u8`, and
+/// [`Kernel::ApplyMaskU8`] on a float type `ta_apply_mask_u8_<type>`.
+///
+/// ```
+/// use tensor_arena::device::ascend::abi::entry_point;
+/// use tensor_arena::ops::{Kernel, RngState};
+/// use tensor_arena::DType;
+/// let bern = Kernel::Bernoulli { p: 0.9, rng: RngState::new(1) };
+/// assert_eq!(entry_point(&bern, DType::U8)?, "ta_bernoulli_u8");
+/// let apply = Kernel::ApplyMaskU8 { scale: 2.0 };
+/// assert_eq!(entry_point(&apply, DType::BF16)?, "ta_apply_mask_u8_bf16");
+/// # Ok::<(), tensor_arena::Error>(())
+/// ```
 pub fn entry_point(kernel: &Kernel, dtype: DType) -> Result<&'static str> {
+    if let (Kernel::Bernoulli { .. }, DType::U8) = (kernel, dtype) {
+        return Ok(BERNOULLI_U8);
+    }
     let names = match kernel {
         Kernel::Bernoulli { .. } => ["ta_bernoulli_f32", "ta_bernoulli_f16", "ta_bernoulli_bf16"],
         Kernel::Dropout { .. } => ["ta_dropout_f32", "ta_dropout_f16", "ta_dropout_bf16"],
@@ -74,9 +90,22 @@ pub fn entry_point(kernel: &Kernel, dtype: DType) -> Result<&'static str> {
             "ta_mul_scalar_f16",
             "ta_mul_scalar_bf16",
         ],
+        Kernel::ApplyMaskU8 { .. } => APPLY_MASK_U8,
     };
     Ok(names[dtype_index(kernel.name(), dtype)?])
 }
+
+/// Entry point of bernoulli into a u8 mask (1 where `u < p`, else 0: the
+/// decisions of `ta_bernoulli_f32` for the same seed and offset).
+pub const BERNOULLI_U8: &str = "ta_bernoulli_u8";
+
+/// Entry points of `apply_mask_` with a u8 mask, for f32, f16 and bf16
+/// values (`x = mask != 0 ? x * scale : 0`).
+pub const APPLY_MASK_U8: [&str; 3] = [
+    "ta_apply_mask_u8_f32",
+    "ta_apply_mask_u8_f16",
+    "ta_apply_mask_u8_bf16",
+];
 
 /// Name of the dropout backward entry point for `dtype`: the forward kernel
 /// applied to the gradient, called with the forward's seed and offset.
@@ -202,7 +231,9 @@ impl Tiling {
 /// # Ok::<(), tensor_arena::Error>(())
 /// ```
 pub fn ub_footprint(kernel: &Kernel, dtype: DType, tile_length: u32) -> Result<u64> {
-    dtype_index(kernel.name(), dtype)?;
+    if !(matches!(kernel, Kernel::Bernoulli { .. }) && dtype == DType::U8) {
+        dtype_index(kernel.name(), dtype)?;
+    }
     let t = u64::from(tile_length);
     let elem = dtype.size() as u64;
     let tile = t * elem;
@@ -216,6 +247,8 @@ pub fn ub_footprint(kernel: &Kernel, dtype: DType, tile_length: u32) -> Result<u
     let lanes = (t / 32).div_ceil(8) * 8;
     let philox = 19 * 9 * lanes * 4 + lanes * 4 + 20 * lanes * 4;
     let bytes = match kernel {
+        // u8 out queue, the f32 ones and decisions it is narrowed from, Philox
+        Kernel::Bernoulli { .. } if dtype == DType::U8 => 6 * t + philox,
         // out queue, ones, Philox
         Kernel::Bernoulli { .. } => 3 * tile + philox,
         // in and out queues, Philox, widened x
@@ -226,6 +259,12 @@ pub fn ub_footprint(kernel: &Kernel, dtype: DType, tile_length: u32) -> Result<u
         Kernel::Mul => 6 * tile + widened(2),
         // x and out queues, widened x
         Kernel::MulScalar { .. } => 4 * tile + widened(1),
+        // x and out queues, the u8 mask queue and its half widening (bytes
+        // are compared as half, 128 at a time), mask bits, widened x
+        Kernel::ApplyMaskU8 { .. } => {
+            let m = t.div_ceil(128) * 128;
+            4 * tile + 4 * m + (m / 8).div_ceil(32) * 32 + widened(1)
+        }
     };
     Ok(bytes)
 }
@@ -261,9 +300,29 @@ mod tests {
         for k in all_kernels() {
             let e = entry_point(&k, DType::I32).unwrap_err();
             assert!(matches!(e, Error::UnsupportedDType { .. }), "{e}");
-            assert!(ub_footprint(&k, DType::U8, 64).is_err());
+            if !matches!(k, Kernel::Bernoulli { .. }) {
+                assert!(ub_footprint(&k, DType::U8, 64).is_err());
+                assert!(entry_point(&k, DType::U8).is_err(), "{}", k.name());
+            }
         }
         assert!(dropout_backward_entry_point(DType::U8).is_err());
+    }
+
+    #[test]
+    fn u8_mask_entry_points() {
+        let bern = Kernel::Bernoulli {
+            p: 0.5,
+            rng: RngState::new(1),
+        };
+        assert_eq!(entry_point(&bern, DType::U8).unwrap(), "ta_bernoulli_u8");
+        let k = Kernel::ApplyMaskU8 { scale: 2.0 };
+        for (d, name) in [DType::F32, DType::F16, DType::BF16]
+            .into_iter()
+            .zip(APPLY_MASK_U8)
+        {
+            assert_eq!(entry_point(&k, d).unwrap(), name);
+        }
+        assert!(entry_point(&k, DType::U8).is_err());
     }
 
     #[test]

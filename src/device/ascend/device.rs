@@ -589,6 +589,7 @@ impl Kernels for AscendDevice {
             operation: kernel.name(),
             message: "no kernel library was loaded (AscendConfig::without_kernels)".to_owned(),
         })?;
+        lib.require(kernel, dtype)?;
         let n = (x.len / dtype.size()) as u64;
         let tiling = Tiling::new(n, self.inner.max_blocks)?;
         if tiling.num_blocks == 0 {

@@ -11,7 +11,7 @@ use super::config::AscendConfig;
 use super::library_search;
 use super::sys::{self, AclrtStream, Loaded};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ops::Kernel;
 
 /// `(numBlocks, stream, x, p, seed, offset, totalLength, blockLength, tileLength)`
@@ -37,6 +37,11 @@ pub(crate) struct KernelLib {
     apply_mask: [MaskFn; 3],
     mul: [MulFn; 3],
     mul_scalar: [ScalarFn; 3],
+    /// The u8 mask kernels, resolved when the library has them (older
+    /// builds do not): launching one that is missing fails with the
+    /// lookup's error (see `require`).
+    bernoulli_u8: Result<RandomFn>,
+    apply_mask_u8: [Result<MaskFn>; 3],
     _lib: Loaded,
 }
 
@@ -73,12 +78,28 @@ impl KernelLib {
                 apply_mask: table(&loaded, &Kernel::ApplyMask { scale: 1.0 })?,
                 mul: table(&loaded, &Kernel::Mul)?,
                 mul_scalar: table(&loaded, &Kernel::MulScalar { s: 1.0 })?,
+                bernoulli_u8: optional(&loaded, &Kernel::Bernoulli { p: 0.5, rng }, DType::U8),
+                apply_mask_u8: DTYPES
+                    .map(|d| optional(&loaded, &Kernel::ApplyMaskU8 { scale: 1.0 }, d)),
                 _lib: loaded,
             }
         };
         let k: &'static KernelLib = Box::leak(Box::new(k));
         all.push(k);
         Ok(k)
+    }
+
+    /// Fails, naming the symbol and the library, when the library lacks
+    /// the launch function of `kernel` on `dtype` (the u8 mask kernels are
+    /// optional; every other one was resolved at load).
+    pub fn require(&self, kernel: &Kernel, dtype: DType) -> Result<()> {
+        let i = DTYPES.iter().position(|&d| d == dtype).unwrap_or(0);
+        match (kernel, dtype) {
+            (Kernel::Bernoulli { .. }, DType::U8) => self.bernoulli_u8.as_ref().map(|_| ()),
+            (Kernel::ApplyMaskU8 { .. }, _) => self.apply_mask_u8[i].as_ref().map(|_| ()),
+            _ => Ok(()),
+        }
+        .map_err(Clone::clone)
     }
 
     /// Launches `kernel` on `x` (and `other`) with tiling `t`; returns the
@@ -88,7 +109,8 @@ impl KernelLib {
     /// `x` and `other` (for two-operand kernels) point to `t.total_length`
     /// elements of `dtype` in live device memory, not overlapping; `stream`
     /// is a live stream of the runtime the library launches on; the
-    /// kernel's parameters are valid and `dtype` has kernels.
+    /// kernel's parameters are valid, `dtype` has kernels, and
+    /// [`require`](KernelLib::require) accepted the kernel.
     pub unsafe fn launch(
         &self,
         stream: AclrtStream,
@@ -105,6 +127,16 @@ impl KernelLib {
         // exported signature for this kernel and type.
         unsafe {
             match *kernel {
+                Kernel::Bernoulli { p, rng } if dtype == DType::U8 => match self.bernoulli_u8 {
+                    Ok(f) => f(
+                        blocks, stream, x, p, rng.seed, rng.offset, total, block, tile,
+                    ),
+                    Err(_) => MISSING,
+                },
+                Kernel::ApplyMaskU8 { scale } => match self.apply_mask_u8[i] {
+                    Ok(f) => f(blocks, stream, x, other, scale, total, block, tile),
+                    Err(_) => MISSING,
+                },
                 Kernel::Bernoulli { p, rng } => (self.bernoulli[i])(
                     blocks, stream, x, p, rng.seed, rng.offset, total, block, tile,
                 ),
@@ -129,6 +161,34 @@ impl KernelLib {
             Err(_) => format!("{LAUNCH_PREFIX}{}", kernel.name()),
         }
     }
+}
+
+/// The status returned for a launch function the library lacks (never
+/// reached: `require` refuses the launch first).
+const MISSING: u32 = u32::MAX;
+
+/// The launch function of `kernel` on `dtype` if the library exports it,
+/// else the lookup's error with what it means.
+///
+/// # Safety
+/// As for [`table`].
+unsafe fn optional<F: Copy>(lib: &Loaded, kernel: &Kernel, dtype: DType) -> Result<F> {
+    let name = format!("{LAUNCH_PREFIX}{}", entry_point(kernel, dtype)?);
+    // SAFETY: forwarded to the caller.
+    unsafe { sys::symbol::<F>(lib, &name) }.map_err(|e| match e {
+        Error::MissingSymbol {
+            library,
+            symbol,
+            message,
+            ..
+        } => Error::MissingSymbol {
+            library,
+            symbol,
+            message,
+            hint: "this kernel library was built without the u8 mask kernels; rebuild it from kernels/ascend with them, or use a mask of the values' element type".to_owned(),
+        },
+        other => other,
+    })
 }
 
 /// The three launch functions (f32, f16, bf16) of `kernel`.
