@@ -54,8 +54,10 @@ pub const ALIGN_ELEMENTS: u64 = 64;
 /// fits the 910B's Unified Buffer with double buffering at this length.
 pub const DEFAULT_TILE_LENGTH: u32 = 4096;
 
-/// Unified Buffer bytes of an Atlas A2 (910B) AI Core.
-pub const UB_BYTES_910B: u64 = 192 * 1024;
+/// Unified Buffer bytes a kernel may reserve on an Atlas A2 (910B) vector
+/// core: `TOTAL_VEC_LOCAL_SIZE` of arch 2201 (cannmirror/asc-devkit), 184
+/// KiB of the core's 192 KiB; the rest is the framework's.
+pub const UB_BYTES_910B: u64 = 184 * 1024;
 
 /// Name of the kernel's entry point for `dtype`, the element type of `x`
 /// (without [`LAUNCH_PREFIX`]); for [`Kernel::Dropout`] the forward pass.
