@@ -9,6 +9,8 @@ mod checked;
 #[allow(unsafe_code)]
 mod host_view;
 mod lease;
+// The owned, token-based lease book for language bindings.
+mod lease_book;
 mod lease_kernels;
 mod stats;
 mod step;
@@ -16,6 +18,7 @@ mod step;
 pub use crate::error::GuardViolation;
 pub use checked::{ArenaOptions, GUARD_BYTE, POISON_BYTE};
 pub use lease::Lease;
+pub use lease_book::{Ended, Granted, LeaseBook, LeaseToken, StepToken};
 pub use lease_kernels::DropoutMask;
 pub use stats::ArenaStats;
 pub use step::Step;
