@@ -151,6 +151,23 @@ impl LeaseBook {
         &self.plan
     }
 
+    /// The handle of every planned buffer, in plan order: what a binding
+    /// hands to its callers when it got the plan without its planner (from
+    /// a spec file, say).
+    pub fn ids(&self) -> impl ExactSizeIterator<Item = BufferId> + '_ {
+        let planner = self.plan.id;
+        self.plan
+            .buffers()
+            .iter()
+            .enumerate()
+            .map(move |(i, b)| BufferId {
+                planner,
+                // Fits: the planner hands out u32 indices.
+                index: i as u32,
+                dtype: b.dtype(),
+            })
+    }
+
     /// Opens the next step, in the first phase. Fails with
     /// [`Error::StepStillOpen`] while a step is open.
     pub fn begin_step(&mut self) -> Result<StepToken> {
@@ -515,6 +532,7 @@ mod tests {
             Err(Error::StaleLease { .. })
         ));
 
+        assert_eq!(book.ids().collect::<Vec<_>>(), [f.w, f.h, f.g, f.s]);
         let s = book.lease(step, f.s, Some(&[7]))?;
         assert_eq!(s.dtype, DType::U8);
         assert_eq!(book.stats().live_leases, 1);
