@@ -341,7 +341,7 @@ impl PyArena {
                 self.handles[index].get().lifetime
             )));
         }
-        self.view(py, index, &b.shape().to_vec())
+        self.view(py, index, b.shape())
     }
 
     /// The slab: one uint8 tensor of `plan.slab_bytes` bytes.

@@ -36,10 +36,10 @@ impl Portable for Box<dyn std::error::Error> {
 pub fn cli_output(py: Python<'_>, argv: Vec<String>) -> PyResult<String> {
     let cli = cli::Cli::try_parse_from(&argv)
         .map_err(|e| PyValueError::new_err(e.render().to_string()))?;
-    py.detach(|| cli::output(cli).map_err(|e| e.to_string_and_kind()))
-        .map_err(|(message, rust)| match rust {
-            Some(e) => to_py(e),
-            None => ArenaError::new_err(message),
+    py.detach(|| cli::output(cli).map_err(|e| Box::new(e.to_string_and_kind())))
+        .map_err(|failed| match *failed {
+            (_, Some(e)) => to_py(e),
+            (message, None) => ArenaError::new_err(message),
         })
 }
 

@@ -347,9 +347,11 @@ impl PyPlanner {
         self.with(|p| p.len())
     }
 
-    /// Places every buffer in one slab.
-    fn plan(&self, py: Python<'_>) -> PyResult<PyPlan> {
-        let plan = self.with(|p| py.detach(|| p.plan()))?.py()?;
+    /// Places every buffer in one slab. Runs with the GIL held: releasing
+    /// it while the planner's lock is held could deadlock against a thread
+    /// that holds the GIL and waits for the lock.
+    fn plan(&self) -> PyResult<PyPlan> {
+        let plan = self.with(|p| p.plan())?.py()?;
         Ok(PyPlan { plan })
     }
 }

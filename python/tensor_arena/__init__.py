@@ -47,8 +47,27 @@ from ._native import (
     TraceError,
 )
 from .doctor import replay, report, sweep
-from .megatron import GlobalMemoryBuffer
-from .recorder import Persistent, Recorder, RecordPhase, RecordStep
+
+# The recorder and the Megatron adapter import torch; the doctor and the
+# console script do not need it, so they are loaded on first use (PEP 562).
+_LAZY = {
+    "GlobalMemoryBuffer": "megatron",
+    "Persistent": "recorder",
+    "Recorder": "recorder",
+    "RecordPhase": "recorder",
+    "RecordStep": "recorder",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tensor_arena' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
 __version__ = "0.1.0"
 

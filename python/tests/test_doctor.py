@@ -3,6 +3,7 @@
 import json
 import pickle
 import subprocess
+import sys
 
 import pytest
 
@@ -68,6 +69,12 @@ def test_report_text_and_synthetic():
     assert "arena" in text
     d = ta.replay(synthetic=10, seed=3, search=False)
     assert d["capacity_scan"] is None and d["trace"]["name"].startswith("synthetic")
+
+
+def test_the_doctor_needs_no_torch():
+    code = "import sys, tensor_arena as ta; ta.replay(synthetic=5, search=False); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_bad_inputs_raise(tmp_path, data):

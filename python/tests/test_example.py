@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "mask_and_train.py"
 
 
@@ -18,8 +20,13 @@ def losses(text):
     return [float(m) for m in re.findall(r"^step +\d+ +loss ([0-9.]+)", text, re.M)]
 
 
-def test_the_arena_loop_trains_without_allocating():
-    out = run()
+@pytest.fixture(scope="module")
+def arena_run():
+    return run()
+
+
+def test_the_arena_loop_trains_without_allocating(arena_run):
+    out = arena_run
     first, _, last = losses(out)
     assert last < first
     assert "allocations over the last 5 steps (torch.profiler, CPU allocator): 0" in out
@@ -27,8 +34,8 @@ def test_the_arena_loop_trains_without_allocating():
     assert "slab allocations: 1" in out
 
 
-def test_naive_runs_the_same_numbers_with_allocations():
-    arena, naive = run(), run("--naive")
+def test_naive_runs_the_same_numbers_with_allocations(arena_run):
+    arena, naive = arena_run, run("--naive")
     assert losses(arena) == losses(naive)
     n = int(re.search(r"allocations over the last 5 steps \(torch.profiler, CPU allocator\): (\d+)", naive).group(1))
     assert n >= 5 * 16  # every temporary of every profiled step
