@@ -220,7 +220,7 @@ def run(args):
     profiled = max(0, min(args.profile_steps, args.steps - 1)) if device.type == "cpu" else 0
     steady_from = 1  # the first step warms torch's kernels and caches up
     before = None
-    started = time.perf_counter()
+    started, logged = time.perf_counter(), 0
     total_loss = total_hits = total_n = 0.0
     prof = None
     for i, batch in enumerate(data):
@@ -242,9 +242,15 @@ def run(args):
         total_hits += hits
         total_n += batch[2]
         if (i + 1) % args.log_every == 0 or i + 1 == args.steps:
-            rate = (i + 1) / (time.perf_counter() - started)
-            print(f"step {i + 1:5d}  loss {total_loss / total_n:.4f}  accuracy {total_hits / total_n:.3f}  steps/s {rate:8.1f}")
+            now = time.perf_counter()
+            rate = (i + 1 - logged) / (now - started)
+            note = "  (torch.profiler on)" if prof is not None else ""
+            print(
+                f"step {i + 1:5d}  loss {total_loss / total_n:.4f}  accuracy {total_hits / total_n:.3f}"
+                f"  steps/s {rate:8.1f}{note}"
+            )
             total_loss = total_hits = total_n = 0.0
+            started, logged = now, i + 1
     if prof is not None:
         prof.__exit__(None, None, None)
         allocs = [e for e in prof.events() if e.cpu_memory_usage > 0]

@@ -243,7 +243,7 @@ impl PyArena {
     ) -> PyResult<Bound<'py, PyAny>> {
         let strides = contiguous_strides(shape);
         self.bases[index].bind(py).call_method1(
-            "as_strided",
+            pyo3::intern!(py, "as_strided"),
             (PyTuple::new(py, shape)?, PyTuple::new(py, strides)?),
         )
     }
@@ -278,8 +278,7 @@ impl PyArena {
                 })),
             };
         }
-        let ptr: usize = x.call_method0("data_ptr")?.extract()?;
-        let _ = py;
+        let ptr: usize = x.call_method0(pyo3::intern!(py, "data_ptr"))?.extract()?;
         let slab_bytes = self.plan.slab_bytes();
         match ptr.checked_sub(self.slab_ptr).filter(|&o| o < slab_bytes) {
             Some(offset) => self.state()?.by_offset.get(&offset).copied().ok_or_else(|| {
