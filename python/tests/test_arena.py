@@ -26,6 +26,16 @@ def test_reserve_makes_one_uint8_slab_of_the_plan(planned):
     assert all(b["offset"] % 512 == 0 for b in plan.buffers)
 
 
+def test_reserve_allocates_exactly_once(planned):
+    plan, _ = planned
+    plan.reserve("cpu")  # warm-up: torch's first calls may set things up
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        arena = plan.reserve("cpu", checked=True)
+    allocs = [e.cpu_memory_usage for e in prof.events() if e.cpu_memory_usage > 0]
+    assert allocs == [plan.slab_bytes]
+    assert arena.slab.numel() == plan.slab_bytes
+
+
 def test_plan_pads_shapes_and_shares_bytes(planned):
     plan, _ = planned
     by = {b["name"]: b for b in plan.buffers}
