@@ -335,6 +335,36 @@ pub enum Error {
         last: String,
     },
 
+    /// A [`LeaseBook`](crate::arena::LeaseBook) step token that does not
+    /// name the open step.
+    #[error("step #{step} {reason}; leases and phases belong to the open step")]
+    StepNotOpen {
+        /// The step the token names.
+        step: u64,
+        /// Why it is not open (ended, or another book's).
+        reason: &'static str,
+    },
+
+    /// A [`LeaseBook`](crate::arena::LeaseBook) step was begun while
+    /// another is open.
+    #[error("step #{open} is still open; end it before beginning another")]
+    StepStillOpen {
+        /// The open step.
+        open: u64,
+    },
+
+    /// A [`LeaseBook`](crate::arena::LeaseBook) lease token that no longer
+    /// names a live lease.
+    #[error("buffer '{buffer}': lease #{lease} is not live ({reason})")]
+    StaleLease {
+        /// The buffer the token was made for.
+        buffer: String,
+        /// The lease's number.
+        lease: u64,
+        /// Released already, or ended with its step.
+        reason: &'static str,
+    },
+
     /// A host slice whose length differs from the lease's current view.
     #[error("buffer '{buffer}': host data has {given} elements, the view has {expected}")]
     LengthMismatch {

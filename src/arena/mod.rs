@@ -9,6 +9,8 @@ mod checked;
 #[allow(unsafe_code)]
 mod host_view;
 mod lease;
+// The owned, token-based lease book for language bindings.
+mod lease_book;
 mod lease_kernels;
 mod scope;
 mod stats;
@@ -17,6 +19,7 @@ mod step;
 pub use crate::error::GuardViolation;
 pub use checked::{ArenaOptions, GUARD_BYTE, POISON_BYTE};
 pub use lease::Lease;
+pub use lease_book::{Ended, Granted, LeaseBook, LeaseToken, StepToken};
 pub use lease_kernels::DropoutMask;
 pub use scope::{LeaseOf, LeaseOps, Leases, Planned, StepScope};
 pub use stats::ArenaStats;
@@ -346,31 +349,12 @@ impl<D: Device> Arena<D> {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> ArenaStats {
-        let c = &self.book.counters;
-        let (total_leases, leased_bytes) = self.book.totals();
-        ArenaStats {
-            reserved_bytes: self.slab.len() as u64,
-            slab_bytes: self.plan.slab_bytes() as u64,
-            persistent_bytes: self.plan.persistent_bytes() as u64,
-            persistent_buffers: self
-                .book
-                .slots
-                .iter()
-                .filter(|s| s.kind == crate::plan::LifetimeKind::Persistent)
-                .count() as u64,
-            active_bytes: c.active_bytes.get(),
-            peak_active_bytes: c.peak_active_bytes.get(),
-            live_leases: c.live_leases.get(),
-            peak_live_leases: c.peak_live_leases.get(),
-            total_leases,
-            // Every lease not live any more was released.
-            total_releases: total_leases - c.live_leases.get(),
-            leased_bytes,
-            released_bytes: leased_bytes - c.active_bytes.get(),
-            segments: 1,
-            steps: c.steps.get(),
-            device: self.device.counters(),
-        }
+        book_stats(
+            &self.book,
+            &self.plan,
+            self.slab.len() as u64,
+            self.device.counters(),
+        )
     }
 
     /// A table laid out like `torch_npu.npu.memory_summary()`, with leases
@@ -389,5 +373,39 @@ impl<D: Device> std::fmt::Debug for Arena<D> {
             .field("slab_bytes", &self.slab.len())
             .field("buffers", &self.plan.buffers().len())
             .finish()
+    }
+}
+
+/// The counters of `book` over `plan`, with the bytes the device reserved
+/// and its counters: one definition for the arena and the owned lease book.
+pub(crate) fn book_stats(
+    book: &Book,
+    plan: &Plan,
+    reserved_bytes: u64,
+    device: crate::device::DeviceCounters,
+) -> ArenaStats {
+    let c = &book.counters;
+    let (total_leases, leased_bytes) = book.totals();
+    ArenaStats {
+        reserved_bytes,
+        slab_bytes: plan.slab_bytes() as u64,
+        persistent_bytes: plan.persistent_bytes() as u64,
+        persistent_buffers: book
+            .slots
+            .iter()
+            .filter(|s| s.kind == crate::plan::LifetimeKind::Persistent)
+            .count() as u64,
+        active_bytes: c.active_bytes.get(),
+        peak_active_bytes: c.peak_active_bytes.get(),
+        live_leases: c.live_leases.get(),
+        peak_live_leases: c.peak_live_leases.get(),
+        total_leases,
+        // Every lease not live any more was released.
+        total_releases: total_leases - c.live_leases.get(),
+        leased_bytes,
+        released_bytes: leased_bytes - c.active_bytes.get(),
+        segments: 1,
+        steps: c.steps.get(),
+        device,
     }
 }

@@ -35,3 +35,16 @@ pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     }
 }
+
+/// What `cli` prints to stdout, as text, for programs that embed the tool:
+/// the Python package compiles this module too and returns the output of
+/// `replay` to its callers (`tensor_arena.replay`). Only `replay` has
+/// such an output; other subcommands are run with [`run`].
+// The binary itself prints through `run`; the Python package calls this.
+#[allow(dead_code)]
+pub fn output(cli: Cli) -> Result<String, Box<dyn std::error::Error>> {
+    match cli.command {
+        Command::Replay(args) => Ok(replay::output(args)?),
+        Command::Plan(_) => Err("`plan` prints as it runs; call run() for it".into()),
+    }
+}

@@ -127,6 +127,12 @@ fn config(args: &ReplayArgs) -> Result<CachingConfig> {
 
 /// Runs the subcommand.
 pub fn run(args: ReplayArgs) -> Result<()> {
+    print_out(&output(args)?)
+}
+
+/// What the subcommand prints (the report, or the JSON with `--json`),
+/// after writing the files it was asked for.
+pub fn output(args: ReplayArgs) -> Result<String> {
     let config = config(&args)?;
     let trace = match (&args.trace, args.synthetic) {
         (_, Some(steps)) => synthetic(&SyntheticConfig {
@@ -201,7 +207,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         }
         text
     };
-    print_out(&text)
+    Ok(text)
 }
 
 /// Prints to stdout; a closed pipe (`| head`) is not an error.
