@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use tensor_arena::arena::{Ended, LeaseBook, LeaseToken, StepToken};
@@ -25,7 +25,7 @@ use tensor_arena::{
 };
 
 use crate::errors::{ForeignHandleError, GuardViolationError, IntoPy, StaleLeaseError, to_py};
-use crate::planner::{PyBuffer, PyPhase, buffer_handle, torch_dtype};
+use crate::planner::{PyBuffer, PyMode, PyPhase, buffer_handle, name_key, torch_dtype};
 
 /// The lease book and what Python needs to find leases again.
 struct State {
@@ -52,6 +52,8 @@ pub struct PyArena {
     /// Per buffer: its handle.
     handles: Vec<Py<PyBuffer>>,
     slab_ptr: usize,
+    /// Bytes of the slab tensor (at least the plan's).
+    slab_len: usize,
     device: String,
     checked: bool,
 }
@@ -107,6 +109,7 @@ impl PyArena {
         };
         let device = slab.getattr("device")?.str()?.to_string();
         let slab_ptr: usize = slab.call_method0("data_ptr")?.extract()?;
+        let slab_len: usize = slab.call_method0("numel")?.extract()?;
         let book = LeaseBook::new(plan.clone());
         let mut bases = Vec::with_capacity(plan.buffers().len());
         let mut handles = Vec::with_capacity(plan.buffers().len());
@@ -135,6 +138,7 @@ impl PyArena {
             bases,
             handles,
             slab_ptr,
+            slab_len,
             device,
             checked,
         };
@@ -167,16 +171,17 @@ impl PyArena {
         (start, b.offset() + b.size() - start)
     }
 
+    /// As the arena does at creation: step-scoped slots poisoned whole
+    /// (their guards are armed when leased: until then their bytes may
+    /// hold another buffer's data), persistent buffers' guards armed.
     fn arm_all(&self, py: Python<'_>) -> PyResult<()> {
         for b in self.plan.buffers() {
-            if b.lifetime() != LifetimeKind::Persistent {
-                self.fill(py, b.offset(), b.bytes(), POISON_BYTE)?;
+            if b.lifetime() == LifetimeKind::Persistent {
+                let (start, len) = Self::guard(b);
+                self.fill(py, start, len, GUARD_BYTE)?;
+            } else {
+                self.fill(py, b.offset(), b.size(), POISON_BYTE)?;
             }
-        }
-        // Guards last: a buffer's guard may lie inside another's data.
-        for b in self.plan.buffers() {
-            let (start, len) = Self::guard(b);
-            self.fill(py, start, len, GUARD_BYTE)?;
         }
         Ok(())
     }
@@ -220,13 +225,15 @@ impl PyArena {
         }))
     }
 
-    /// Poisons what `ended` closed.
+    /// Poisons what `ended` closed: whole slots, as the arena does (the
+    /// guard is re-armed by the next lease, and a larger buffer reusing the
+    /// bytes must not read guard bytes as data).
     fn poison(&self, py: Python<'_>, ended: Ended) -> PyResult<()> {
         let regions: Vec<(usize, usize)> = {
             let st = self.state()?;
             st.book
                 .ended(ended)
-                .map(|b| (b.offset(), b.bytes()))
+                .map(|b| (b.offset(), b.size()))
                 .collect()
         };
         for (offset, len) in regions {
@@ -295,17 +302,32 @@ impl PyArena {
 
 #[pymethods]
 impl PyArena {
-    /// Opens a step (a context manager; the step ends on exit). `mode` is
-    /// reserved for the core's modes and must be `None` for now.
+    /// Opens a step (a context manager; the step ends on exit) in `mode`:
+    /// a `Mode` handle of the planner, a mode's name, or `None` for the
+    /// default mode. Only persistent buffers and the mode's own can be
+    /// leased in it, only its phases entered (`ModeError` otherwise).
     #[pyo3(signature = (mode = None))]
-    fn step(slf: &Bound<'_, PyArena>, mode: Option<&str>) -> PyResult<PyStep> {
-        if let Some(m) = mode {
-            return Err(PyNotImplementedError::new_err(format!(
-                "mode '{m}': this build's core plans one mode per slab; call step() without a mode"
-            )));
-        }
-        let token = slf.get().state()?.book.begin_step().py()?;
-        slf.get().state()?.step = Some(token);
+    fn step(slf: &Bound<'_, PyArena>, mode: Option<&Bound<'_, PyAny>>) -> PyResult<PyStep> {
+        let token = {
+            let mut st = slf.get().state()?;
+            let begun = match mode {
+                None => st.book.begin_step(),
+                Some(m) => match m.cast::<PyMode>() {
+                    Ok(handle) => st.book.begin_step_in(handle.get().mode),
+                    Err(_) => {
+                        let name: String = m.extract().map_err(|_| {
+                            PyTypeError::new_err(
+                                "mode must be a Mode handle, a mode's name or None",
+                            )
+                        })?;
+                        st.book.mode(&name).and_then(|m| st.book.begin_step_in(m))
+                    }
+                },
+            };
+            let token = begun.py()?;
+            st.step = Some(token);
+            token
+        };
         Ok(PyStep {
             arena: slf.clone().unbind(),
             token,
@@ -369,12 +391,14 @@ impl PyArena {
         self.checked
     }
 
-    /// Buffer handles by name.
+    /// Buffer handles by name: the name in the default mode and for
+    /// persistent buffers, `(mode, name)` in a declared mode.
     #[getter]
     fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         for h in &self.handles {
-            d.set_item(&h.get().name, h.clone_ref(py))?;
+            let b = h.get();
+            d.set_item(name_key(py, b.mode.as_deref(), &b.name)?, h.clone_ref(py))?;
         }
         Ok(d)
     }
@@ -385,6 +409,8 @@ impl PyArena {
         let s = self.arena_stats()?;
         let d = PyDict::new(py);
         d.set_item("reserved_bytes", s.reserved_bytes)?;
+        d.set_item("slab_bytes", s.slab_bytes)?;
+        d.set_item("persistent_bytes", s.persistent_bytes)?;
         d.set_item("active_bytes", s.active_bytes)?;
         d.set_item("peak_active_bytes", s.peak_active_bytes)?;
         d.set_item("live_leases", s.live_leases)?;
@@ -401,7 +427,12 @@ impl PyArena {
 
     /// A table laid out like `torch_npu.npu.memory_summary()`.
     fn memory_summary(&self) -> PyResult<String> {
-        Ok(self.arena_stats()?.summary(&self.device))
+        let why = if self.slab_len > self.plan.slab_bytes() {
+            "the slab passed to reserve() is larger than the plan"
+        } else {
+            ""
+        };
+        Ok(self.arena_stats()?.summary(&self.device, why))
     }
 
     /// Checked mode: verifies the persistent buffers' guards, then raises
@@ -441,7 +472,8 @@ impl PyArena {
 impl PyArena {
     fn arena_stats(&self) -> PyResult<ArenaStats> {
         let mut s = self.state()?.book.stats();
-        let bytes = self.plan.slab_bytes() as u64;
+        let bytes = self.slab_len as u64;
+        s.reserved_bytes = bytes;
         s.device = DeviceCounters {
             alloc_calls: 1,
             bytes_in_use: bytes,
@@ -564,9 +596,11 @@ impl PyStep {
 impl PyStep {
     /// Leases `buffer` with `shape` (default: its declared shape): a typed
     /// tensor view of the slab, zero-copy. Raises if the buffer is leased
-    /// already, a live lease shares its bytes, the phase is outside its
-    /// span, the shape's element count exceeds the padded capacity, or the
-    /// handle is another planner's.
+    /// already, a live lease shares its bytes, it belongs to another mode
+    /// than the step's, the phase is outside its span, the shape does not
+    /// fit by the buffer's shape rule (its element count beyond the padded
+    /// capacity; with `shape_rule="dims"`, a dimension beyond the padded
+    /// one), or the handle is another planner's.
     #[pyo3(signature = (buffer, shape = None))]
     fn lease<'py>(
         &self,
@@ -625,8 +659,9 @@ impl PyStep {
         Ok(())
     }
 
-    /// Moves the step to `phase`. Phases only move forward, and every lease
-    /// of a buffer whose span ends before `phase` must be released first.
+    /// Moves the step to `phase`, a phase of the step's mode. Phases only
+    /// move forward, and every lease of a buffer whose span ends before
+    /// `phase` must be released first.
     fn enter(&self, py: Python<'_>, phase: &Bound<'_, PyPhase>) -> PyResult<()> {
         let arena = self.arena.get();
         let ended = arena
@@ -640,10 +675,17 @@ impl PyStep {
         Ok(())
     }
 
-    /// The current phase's name (`step` when none are declared).
+    /// The current phase's name (`step` when the mode has none).
     #[getter]
     fn phase(&self) -> PyResult<String> {
         Ok(self.arena.get().state()?.book.phase().to_owned())
+    }
+
+    /// The name of the step's mode (`default` unless opened in a declared
+    /// mode).
+    #[getter]
+    fn mode(&self) -> PyResult<String> {
+        Ok(self.arena.get().state()?.book.mode_name().to_owned())
     }
 
     /// The step's number (0 for the first).
@@ -698,8 +740,9 @@ impl PyStep {
 
     fn __repr__(&self) -> PyResult<String> {
         Ok(format!(
-            "Step(number={}, phase='{}', open={})",
+            "Step(number={}, mode='{}', phase='{}', open={})",
             self.token.number(),
+            self.mode()?,
             self.phase()?,
             if self.is_open()? { "True" } else { "False" }
         ))

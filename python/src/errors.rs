@@ -1,7 +1,8 @@
 //! The Rust [`Error`] as Python exceptions: one class per family of rules,
 //! all under `ArenaError`, each instance carrying the variant's name as
 //! `kind` and the Rust message (which names the buffer, the shape and the
-//! limit) as its text.
+//! limit) as its text; mode errors also carry `mode` (and `step_mode`), a
+//! refused view the `rule` that refused it (`elements` or `dims`).
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -90,7 +91,7 @@ create_exception!(
     _native,
     ModeError,
     ArenaError,
-    "Modes (train / eval / generate in one slab) used where they are not available."
+    "A buffer or phase of another mode than the step's (`WrongMode`, naming both modes), a mode of another planner (`ForeignMode`), or a buffer declared with phases of another mode (`PhaseOfAnotherMode`)."
 );
 
 /// The variant's name, from its `Debug` form (`ViewTooLarge { .. }`).
@@ -105,6 +106,24 @@ fn kind(e: &Error) -> String {
 pub fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     let kind = kind(&e);
+    // Mode errors carry both modes, so callers need not parse the message.
+    let modes = match &e {
+        Error::WrongMode {
+            mode, step_mode, ..
+        } => Some((mode.clone(), Some(step_mode.clone()))),
+        Error::UnrecordedSite { mode, .. } | Error::NoSuchBuffer { mode, .. } => {
+            Some((mode.clone(), None))
+        }
+        Error::ExceedsRecorded(x) => Some((x.mode.clone(), None)),
+        _ => None,
+    };
+    // Which half of the one shape rule refused a view.
+    let rule = match &e {
+        Error::ViewTooLarge { .. } => Some("elements"),
+        Error::ViewExceedsDims { .. } => Some("dims"),
+        Error::ExceedsRecorded(x) => Some(if x.per_dimension { "dims" } else { "elements" }),
+        _ => None,
+    };
     let err = match e {
         Error::AlreadyLeased { .. } => AlreadyLeasedError::new_err(message),
         Error::LeaseOverlap { .. } => OverlapError::new_err(message),
@@ -113,11 +132,15 @@ pub fn to_py(e: Error) -> PyErr {
         Error::ForeignHandle { .. } | Error::ForeignPhase { .. } | Error::ArenaMismatch { .. } => {
             ForeignHandleError::new_err(message)
         }
+        Error::WrongMode { .. } | Error::ForeignMode { .. } | Error::PhaseOfAnotherMode { .. } => {
+            ModeError::new_err(message)
+        }
         Error::OutsidePhase { .. } | Error::PhaseOrder { .. } | Error::LeaseOutlivesSpan { .. } => {
             PhaseError::new_err(message)
         }
         Error::ViewTooLarge { .. }
-        | Error::ExceedsRecorded { .. }
+        | Error::ViewExceedsDims { .. }
+        | Error::ExceedsRecorded(_)
         | Error::OverCapacity { .. }
         | Error::OutOfMemory { .. } => CapacityError::new_err(message),
         Error::InvalidView { .. }
@@ -126,10 +149,14 @@ pub fn to_py(e: Error) -> PyErr {
         | Error::SizeOverflow { .. }
         | Error::DTypeMismatch { .. }
         | Error::LengthMismatch { .. }
+        | Error::CopyLength { .. }
+        | Error::MaskLengthMismatch { .. }
+        | Error::UnsupportedDType { .. }
         | Error::ShapeMismatch { .. } => ShapeError::new_err(message),
         Error::InvalidSpecs { .. }
         | Error::UnknownName { .. }
         | Error::UnrecordedSite { .. }
+        | Error::NoSuchBuffer { .. }
         | Error::DuplicateName { .. }
         | Error::EmptyName
         | Error::EmptyPlan
@@ -142,7 +169,15 @@ pub fn to_py(e: Error) -> PyErr {
     Python::attach(|py| {
         // Setting an attribute on a fresh exception instance cannot
         // fail in practice; if it did, the message still says everything.
-        let _ = err.value(py).setattr("kind", kind);
+        let value = err.value(py);
+        let _ = value.setattr("kind", kind);
+        if let Some((mode, step_mode)) = modes {
+            let _ = value.setattr("mode", mode);
+            let _ = value.setattr("step_mode", step_mode);
+        }
+        if let Some(rule) = rule {
+            let _ = value.setattr("rule", rule);
+        }
     });
     err
 }

@@ -1,6 +1,7 @@
 //! `tensor_arena._native`: the Rust core of the Python package.
 //!
-//! - [`planner`]: `Planner`, `Phase`, `Buffer`, `Plan` over the Rust planner;
+//! - [`planner`]: `Planner`, `Mode`, `Phase`, `Buffer`, `Plan` over the Rust
+//!   planner;
 //! - [`arena`]: `Arena` (one torch uint8 slab) and `Step` (leases as typed
 //!   views), the rules kept by `tensor_arena::arena::LeaseBook`;
 //! - [`specs`] and [`recorder`]: spec files and the recorder's bookkeeping;
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<planner::PyPlanner>()?;
     m.add_class::<planner::PyPhase>()?;
+    m.add_class::<planner::PyMode>()?;
     m.add_class::<planner::PyBuffer>()?;
     m.add_class::<planner::PyPlan>()?;
     m.add_class::<arena::PyArena>()?;

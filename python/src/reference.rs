@@ -5,7 +5,9 @@ use std::collections::HashMap;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use tensor_arena::{DType, Error, HostDevice, RecordStep, Recorder, SiteLease, bf16, f16};
+use tensor_arena::{
+    DType, Element, Error, HostDevice, Mode, Phase, RecordStep, Recorder, SiteLease, bf16, f16,
+};
 
 use crate::errors::IntoPy;
 
@@ -44,34 +46,126 @@ pub enum Op {
     Named(String, String),
 }
 
+/// One scripted step: `(mode, ops)` in a declared mode, or `ops` alone in
+/// the default mode.
+#[derive(FromPyObject)]
+pub enum ScriptStep {
+    InMode(String, Vec<Op>),
+    Default(Vec<Op>),
+}
+
+fn dtype(name: &str) -> PyResult<DType> {
+    DType::from_name(name).ok_or_else(|| PyValueError::new_err(format!("unknown dtype '{name}'")))
+}
+
+/// A scripted step's error: `Recorder::step_in` wants one that a crate
+/// error converts into.
+struct Failure(PyErr);
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure(crate::errors::to_py(e))
+    }
+}
+
+impl From<PyErr> for Failure {
+    fn from(e: PyErr) -> Failure {
+        Failure(e)
+    }
+}
+
+/// Calls `$call::<T>` for the element type `$dtype`.
+macro_rules! typed {
+    ($dtype:expr, $call:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            DType::F32 => $call::<f32>($($arg),*),
+            DType::F16 => $call::<f16>($($arg),*),
+            DType::BF16 => $call::<bf16>($($arg),*),
+            DType::I32 => $call::<i32>($($arg),*),
+            DType::U8 => $call::<u8>($($arg),*),
+        }
+    };
+}
+
+fn persistent<T: Element>(
+    rec: &mut Recorder<HostDevice>,
+    name: &str,
+    shape: &[usize],
+) -> Result<(), Error> {
+    rec.persistent::<T>(name, shape).map(drop)
+}
+
+fn bound<T: Element>(
+    rec: &mut Recorder<HostDevice>,
+    mode: Mode,
+    name: &str,
+    shape: &[usize],
+) -> Result<(), Error> {
+    rec.bound::<T>(mode, name, shape)
+}
+
+fn per_dimension<T: Element>(
+    rec: &mut Recorder<HostDevice>,
+    mode: Mode,
+    name: &str,
+) -> Result<(), Error> {
+    rec.per_dimension::<T>(mode, name)
+}
+
 /// Runs the Rust `Recorder` (on the host) over `steps` and returns the
-/// spec file it learned. `persistent` lists `(name, dtype, shape)`.
+/// spec file it learned. `phases` are the default mode's; `persistent`
+/// lists `(name, dtype, shape)`; `modes` `(name, [phases])`; `bounds`
+/// `(mode or None, name, dtype, shape)`; `per_dimension` `(mode or None,
+/// name, dtype)`, declared in that order before the first step.
 #[pyfunction]
+#[pyo3(signature = (phases, persistent_buffers, steps, modes = Vec::new(), bounds = Vec::new(), per_dimension_sites = Vec::new()))]
 pub fn reference_specs(
     phases: Vec<String>,
-    persistent: Vec<(String, String, Vec<usize>)>,
-    steps: Vec<Vec<Op>>,
+    persistent_buffers: Vec<(String, String, Vec<usize>)>,
+    steps: Vec<ScriptStep>,
+    modes: Vec<(String, Vec<String>)>,
+    bounds: Vec<(Option<String>, String, String, Vec<usize>)>,
+    per_dimension_sites: Vec<(Option<String>, String, String)>,
 ) -> PyResult<String> {
     let mut rec = Recorder::new(HostDevice::new());
-    let mut ids = HashMap::new();
+    let mut mode_ids: HashMap<Option<String>, Mode> = HashMap::new();
+    let mut phase_ids: HashMap<(Option<String>, String), Phase> = HashMap::new();
+    let default = rec.default_mode();
+    mode_ids.insert(None, default);
     for p in &phases {
-        ids.insert(p.clone(), rec.phase(p).py()?);
+        phase_ids.insert((None, p.clone()), rec.phase(p).py()?);
     }
-    let dtype = |name: &str| {
-        DType::from_name(name)
-            .ok_or_else(|| PyValueError::new_err(format!("unknown dtype '{name}'")))
-    };
-    for (name, d, shape) in &persistent {
-        match dtype(d)? {
-            DType::F32 => drop(rec.persistent::<f32>(name, shape).py()?),
-            DType::F16 => drop(rec.persistent::<f16>(name, shape).py()?),
-            DType::BF16 => drop(rec.persistent::<bf16>(name, shape).py()?),
-            DType::I32 => drop(rec.persistent::<i32>(name, shape).py()?),
-            DType::U8 => drop(rec.persistent::<u8>(name, shape).py()?),
+    for (name, list) in &modes {
+        let m = rec.mode(name).py()?;
+        mode_ids.insert(Some(name.clone()), m);
+        for p in list {
+            phase_ids.insert((Some(name.clone()), p.clone()), rec.phase_in(m, p).py()?);
         }
     }
-    for ops in &steps {
-        rec.step(|s| -> PyResult<()> {
+    let mode_of = |name: &Option<String>| {
+        mode_ids
+            .get(name)
+            .copied()
+            .ok_or_else(|| PyValueError::new_err(format!("unknown mode {name:?}")))
+    };
+    for (name, d, shape) in &persistent_buffers {
+        typed!(dtype(d)?, persistent(&mut rec, name, shape)).py()?;
+    }
+    for (m, name, d) in &per_dimension_sites {
+        let m = mode_of(m)?;
+        typed!(dtype(d)?, per_dimension(&mut rec, m, name)).py()?;
+    }
+    for (m, name, d, shape) in &bounds {
+        let m = mode_of(m)?;
+        typed!(dtype(d)?, bound(&mut rec, m, name, shape)).py()?;
+    }
+    for step in &steps {
+        let (mode, ops) = match step {
+            ScriptStep::InMode(m, ops) => (Some(m.clone()), ops),
+            ScriptStep::Default(ops) => (None, ops),
+        };
+        let m = mode_of(&mode)?;
+        let run = rec.step_in(m, |s| -> Result<(), Failure> {
             let mut held: HashMap<&str, Held<'_>> = HashMap::new();
             for op in ops {
                 match op {
@@ -82,23 +176,27 @@ pub fn reference_specs(
                         held.remove(name.as_str());
                     }
                     Op::Named(kind, name) if kind == "enter" => {
-                        let phase = ids.get(name).ok_or_else(|| {
-                            PyValueError::new_err(format!("unknown phase '{name}'"))
-                        })?;
+                        let phase =
+                            phase_ids
+                                .get(&(mode.clone(), name.clone()))
+                                .ok_or_else(|| {
+                                    PyValueError::new_err(format!("unknown phase '{name}'"))
+                                })?;
                         s.enter(*phase).py()?;
                     }
-                    _ => return Err(PyValueError::new_err("unknown scripted operation")),
+                    _ => return Err(PyValueError::new_err("unknown scripted operation").into()),
                 }
             }
             Ok(())
-        })?;
+        });
+        run.map_err(|Failure(e)| e)?;
     }
     rec.specs().to_toml().py()
 }
 
 /// The Rust side of a spec file: `SpecSet::load` on a Rust `Planner`, and
-/// a Rust `Recorder` preloaded with it and frozen; returns both plans'
-/// tables (`Plan`'s `Display`).
+/// a Rust `Recorder` with the file's modes and phases, preloaded with it
+/// and frozen; returns both plans' tables (`Plan`'s `Display`).
 #[pyfunction]
 pub fn reference_plans(path: std::path::PathBuf) -> PyResult<(String, String)> {
     let specs = tensor_arena::SpecSet::load(&path).py()?;
@@ -108,6 +206,12 @@ pub fn reference_plans(path: std::path::PathBuf) -> PyResult<(String, String)> {
     let mut rec = Recorder::new(HostDevice::new());
     for p in specs.phases() {
         rec.phase(p).py()?;
+    }
+    for m in specs.modes() {
+        let mode = rec.mode(&m.name).py()?;
+        for p in &m.phases {
+            rec.phase_in(mode, p).py()?;
+        }
     }
     rec.preload(&specs).py()?;
     let recorded = rec.freeze().py()?.to_string();

@@ -13,9 +13,11 @@ typed, shaped, zero-copy views of it inside step scopes::
         x = s.lease(h, (77, 64))      # a torch.Tensor view of the slab
         x.bernoulli_(0.9)
 
-The Rust core keeps the lease book and refuses double leases, overlapping
-live leases, leases outside their phases and views beyond the padded capacity
-with exceptions that name the buffer, the shape and the limit.
+Modes (``p.mode("eval")``, ``arena.step(mode="eval")``) put training and
+evaluation steps of different shapes in one slab. The Rust core keeps the
+lease book and refuses double leases, overlapping live leases, leases outside
+their phases or their mode and views beyond the padded capacity with
+exceptions that name the buffer, the shape, the mode and the limit.
 :func:`replay` and :func:`sweep` run the fragmentation doctor
 (``tensor-arena replay``) on a snapshot, a trace file or a live snapshot dict.
 See docs/python.md.
@@ -31,6 +33,7 @@ from ._native import (
     GUARD_BYTE,
     GuardViolationError,
     LeaseError,
+    Mode,
     ModeError,
     OverlapError,
     Phase,
@@ -53,6 +56,7 @@ from .doctor import replay, report, sweep
 _LAZY = {
     "GlobalMemoryBuffer": "megatron",
     "Persistent": "recorder",
+    "RecordMode": "recorder",
     "Recorder": "recorder",
     "RecordPhase": "recorder",
     "RecordStep": "recorder",
@@ -82,6 +86,7 @@ __all__ = [
     "GlobalMemoryBuffer",
     "GuardViolationError",
     "LeaseError",
+    "Mode",
     "ModeError",
     "OverlapError",
     "POISON_BYTE",
@@ -90,6 +95,7 @@ __all__ = [
     "PhaseError",
     "Plan",
     "Planner",
+    "RecordMode",
     "RecordPhase",
     "RecordStep",
     "Recorder",

@@ -43,7 +43,9 @@ def test_the_python_recorder_learns_what_the_rust_recorder_learns():
     rust = _native.reference_specs(["forward", "backward"], [("w", "f32", [64])], STEPS)
     assert rec.specs().to_toml() == rust
     specs = {b["name"]: b for b in rec.specs().buffers}
-    assert specs["h"]["shape"] == [128, 80]
+    # The element-count rule: the request with the most elements ([128, 64]:
+    # 8192, not [77, 80]: 6160) sizes the site.
+    assert specs["h"]["shape"] == [128, 64]
     # h is never released before backward in the first step.
     assert specs["h"]["lifetime"] == ("forward", "backward")
     assert specs["keep"]["lifetime"] == ("forward", "forward")
@@ -105,8 +107,13 @@ def test_recording_refuses_what_the_rust_recorder_refuses():
         with pytest.raises(ta.AlreadyLeasedError):
             s.temp("x", (4, 4))
         s.release("x")
+        s.temp("x", (4, 4, 4))  # by element count, any number of dimensions
+        s.release("x")
+        rec.per_dimension("y")
+        s.temp("y", (4, 4))
+        s.release("y")
         with pytest.raises(ta.ShapeError) as e:
-            s.temp("x", (4, 4, 4))
+            s.temp("y", (4, 4, 4))
         assert "number of dimensions" in str(e.value)
         with pytest.raises(ta.ShapeError):
             s.temp("w", (64,))  # a persistent buffer's name
@@ -145,7 +152,7 @@ def test_spec_files_written_by_rust_load_in_python(tmp_path):
     rec.preload(path)
     assert str(rec.freeze()) == _native.reference_plans(str(path))[0] == str(plan)
     with rec.step() as s:
-        s.temp("h", (128, 80))
+        s.temp("h", (100, 80))  # 8000 elements: fits the planned 8192
 
 
 def test_spec_sets_from_python_values():

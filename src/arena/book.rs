@@ -7,7 +7,7 @@ use std::cell::Cell;
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
-use crate::plan::{LifetimeKind, Plan};
+use crate::plan::{LifetimeKind, Mode, Phase, Plan};
 use crate::shape::{MAX_DIMS, ShapeRule};
 
 /// What a lease needs to know about its buffer, copied out of the plan into
@@ -291,6 +291,41 @@ impl Book {
         Ok(())
     }
 
+    /// Opens a step of mode `mode` (an index of `plan`'s modes, checked by
+    /// [`mode_index`]): its first phase.
+    pub fn open(&self, plan: &Plan, mode: u16) {
+        let first = plan
+            .modes()
+            .get(usize::from(mode))
+            .map_or(0, |m| m.first_slot());
+        self.mode.set(mode);
+        self.phase.set(first);
+    }
+
+    /// The timeline slot of `phase`, a phase of the open step's mode: the
+    /// checks of [`Step::enter`](crate::Step::enter), for the arena and the
+    /// owned lease book (`owner` names which in the error).
+    pub fn phase_slot(&self, plan: &Plan, phase: Phase, owner: &'static str) -> Result<usize> {
+        let mode = plan.modes().get(usize::from(phase.mode));
+        let Some(mode) =
+            mode.filter(|m| phase.planner == plan.id && phase.index() < m.phases().len())
+        else {
+            return Err(Error::ForeignPhase {
+                index: phase.index(),
+                owner,
+            });
+        };
+        if phase.mode != self.mode.get() {
+            return Err(Error::WrongMode {
+                what: "phase",
+                name: mode.phases()[phase.index()].clone(),
+                mode: mode.name().to_owned(),
+                step_mode: mode_name(plan, self.mode.get()),
+            });
+        }
+        Ok(mode.first_slot() + phase.index())
+    }
+
     /// Clears flags of leases that were leaked with `mem::forget`: once the
     /// arena is borrowed exclusively again no lease can be alive.
     pub fn clear_leaked(&self) {
@@ -323,6 +358,18 @@ impl Book {
         let (lo, hi) = self.slots[index].alias;
         (hi - lo) as usize
     }
+}
+
+/// The index of `mode` in `plan`, or [`Error::ForeignMode`] (naming
+/// `owner`) for a mode of another planner.
+pub(crate) fn mode_index(plan: &Plan, mode: Mode, owner: &'static str) -> Result<u16> {
+    if mode.planner != plan.id || mode.index() >= plan.modes().len() {
+        return Err(Error::ForeignMode {
+            index: mode.index(),
+            owner,
+        });
+    }
+    Ok(mode.index)
 }
 
 /// The name of mode `mode` of `plan`.

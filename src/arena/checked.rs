@@ -48,6 +48,22 @@ impl ArenaOptions {
     }
 }
 
+/// Whether `slot`'s lifetime ends when a step of mode `mode` goes from
+/// timeline slot `from` to `to` (`None`: the step ends): the rule checked
+/// mode poisons by, in the arena and in the
+/// [`LeaseBook`](super::LeaseBook): at the end of a step, every
+/// step-scoped buffer of the step's mode (the other modes' buffers were not
+/// alive in it); at a phase change, the spans whose last phase lies in
+/// `from..to`, all of the step's mode, whose phases are consecutive slots.
+pub(crate) fn lifetime_ends(slot: &Slot, mode: u16, from: usize, to: Option<usize>) -> bool {
+    match (slot.kind, to) {
+        (LifetimeKind::Persistent, _) => false,
+        (_, None) => slot.mode == mode,
+        (LifetimeKind::Step, Some(_)) => false,
+        (LifetimeKind::Phases, Some(to)) => slot.last >= from && slot.last < to,
+    }
+}
+
 /// Pattern source for writes: device copies take byte slices, and a static
 /// buffer avoids allocating on the lease path.
 const CHUNK: usize = 4096;
@@ -110,18 +126,11 @@ impl<D: Device> Arena<D> {
     }
 
     /// Poisons the buffers whose lifetime ends when the step goes from
-    /// phase `from` to `to` (`to == None`: the step ends, and with it every
-    /// step-scoped buffer of its mode).
+    /// phase `from` to `to` (see [`lifetime_ends`]).
     pub(crate) fn poison_ended(&self, from: usize, to: Option<usize>) {
         let mode = self.book.mode.get();
         for slot in self.book.slots.iter() {
-            let ended = match (slot.kind, to) {
-                (LifetimeKind::Persistent, _) => false,
-                (_, None) => slot.mode == mode,
-                (LifetimeKind::Step, Some(_)) => false,
-                (LifetimeKind::Phases, Some(to)) => slot.last >= from && slot.last < to,
-            };
-            if ended {
+            if lifetime_ends(slot, mode, from, to) {
                 // The whole slot, guard included: no live lease shares it
                 // (it was alive until now), the guard is re-armed by the
                 // next lease, and a larger buffer reusing these bytes must

@@ -3,21 +3,23 @@
 //! borrow (language bindings: the Python package keeps its slab in a torch
 //! tensor and its leases in Python objects).
 //!
-//! It runs the checks of [`Step::lease`](crate::Step::lease),
+//! It runs the checks of [`Arena::begin_step_in`](crate::Arena::begin_step_in),
+//! [`Step::lease`](crate::Step::lease),
 //! [`Lease::set_shape`](crate::Lease::set_shape) and
 //! [`Step::enter`](crate::Step::enter) through the same internal book, so
-//! it refuses the same requests with the same [`Error`]s. What the borrow
+//! it refuses the same requests with the same [`Error`]s, modes included. What the borrow
 //! checker guarantees for `Step` and `Lease` becomes tokens checked at run
 //! time: a [`StepToken`] names the open step, a [`LeaseToken`] one lease;
 //! a token of an ended step or of a released lease is refused, never
 //! honoured. Tokens are plain values: dropping one does nothing, a lease
 //! ends with [`LeaseBook::release`] or with its step.
 
-use super::book::Book;
+use super::book::{self, Book};
+use super::checked::lifetime_ends;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::plan::{BufferId, LifetimeKind, Phase, Plan, PlannedBuffer, next_owner_id};
-use crate::shape::view_elements;
+use crate::plan::{BufferId, Mode, Phase, Plan, PlannedBuffer, next_owner_id};
+use crate::shape::check_view;
 
 /// The lease rules of an [`Arena`](crate::Arena) for a slab the caller owns.
 ///
@@ -111,24 +113,12 @@ pub struct Granted {
 /// [`LeaseBook::ended`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ended {
-    /// The phase left.
+    /// The step's mode (its index in [`Plan::modes`]).
+    pub mode: usize,
+    /// The timeline slot (phase) left; see [`PlannedBuffer::phases`].
     pub from: usize,
-    /// The phase entered, or `None` when the step ended.
+    /// The slot entered, or `None` when the step ended.
     pub to: Option<usize>,
-}
-
-/// Whether a buffer's lifetime ends when a step goes from phase `from` to
-/// `to` (`None`: the step ends): the rule checked mode poisons by.
-fn lifetime_ends(b: &PlannedBuffer, from: usize, to: Option<usize>) -> bool {
-    match (b.lifetime(), to) {
-        (LifetimeKind::Persistent, _) => false,
-        (_, None) => true,
-        (LifetimeKind::Step, Some(_)) => false,
-        (LifetimeKind::Phases, Some(to)) => {
-            let last = b.phases().1;
-            last >= from && last < to
-        }
-    }
 }
 
 impl LeaseBook {
@@ -168,19 +158,82 @@ impl LeaseBook {
             })
     }
 
-    /// Opens the next step, in the first phase. Fails with
+    /// Opens the next step, in the default mode's first phase. Fails with
     /// [`Error::StepStillOpen`] while a step is open.
     pub fn begin_step(&mut self) -> Result<StepToken> {
+        self.open(0)
+    }
+
+    /// Opens the next step in `mode`, in its first phase: only persistent
+    /// buffers and the mode's own can be leased, only its phases entered
+    /// (as [`Arena::begin_step_in`](crate::Arena::begin_step_in)). Fails with
+    /// [`Error::ForeignMode`] for a mode of another plan, and with
+    /// [`Error::StepStillOpen`] while a step is open.
+    ///
+    /// ```
+    /// use tensor_arena::arena::LeaseBook;
+    /// use tensor_arena::{Error, Planner};
+    /// let mut p = Planner::new();
+    /// let train = p.mode("train")?;
+    /// let eval = p.mode("eval")?;
+    /// let h = p.step_in::<f32>(train, "h", &[32, 64])?;
+    /// let eh = p.step_in::<f32>(eval, "h", &[256, 64])?;
+    /// let mut book = LeaseBook::new(p.plan()?);
+    /// let step = book.begin_step_in(book.mode("eval")?)?;
+    /// assert_eq!(book.mode_name(), "eval");
+    /// book.lease(step, eh.id(), Some(&[200, 64]))?;
+    /// let e = book.lease(step, h.id(), None).unwrap_err();
+    /// assert!(matches!(e, Error::WrongMode { .. }), "{e}");
+    /// assert!(e.to_string().contains("'train'") && e.to_string().contains("'eval'"));
+    /// book.end_step(step)?;
+    /// assert!(matches!(book.begin_step_in(train), Ok(_)));
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn begin_step_in(&mut self, mode: Mode) -> Result<StepToken> {
+        let mode = book::mode_index(&self.plan, mode, "lease book")?;
+        self.open(mode)
+    }
+
+    fn open(&mut self, mode: u16) -> Result<StepToken> {
         if let Some(open) = self.open {
             return Err(Error::StepStillOpen { open });
         }
         let step = self.book.counters.steps.get();
-        self.book.phase.set(0);
+        self.book.open(&self.plan, mode);
         self.open = Some(step);
         Ok(StepToken {
             owner: self.owner,
             step,
         })
+    }
+
+    /// The handle of the plan's mode called `name` (`default` for the
+    /// default mode): what a binding hands to its callers when it got the
+    /// plan without its planner. [`Error::UnknownName`] if there is none.
+    pub fn mode(&self, name: &str) -> Result<Mode> {
+        let index = self
+            .plan
+            .modes()
+            .iter()
+            .position(|m| m.name() == name)
+            .ok_or_else(|| Error::UnknownName {
+                name: name.to_owned(),
+                kind: "mode",
+                context: "the plan",
+            })?;
+        Ok(Mode {
+            planner: self.plan.id,
+            // Fits: the planner hands out u16 mode indices.
+            index: index as u16,
+        })
+    }
+
+    /// Name of the open step's mode (of the last step when none is open).
+    pub fn mode_name(&self) -> &str {
+        self.plan
+            .modes()
+            .get(usize::from(self.book.mode.get()))
+            .map_or(crate::plan::DEFAULT_MODE, |m| m.name())
     }
 
     /// The open step, if any.
@@ -213,7 +266,9 @@ impl LeaseBook {
     /// in the same order and with the same errors: a handle of another
     /// plan, a phase outside the buffer's span, a second lease of the
     /// buffer, a live lease sharing its bytes, a shape whose element count
-    /// exceeds the capacity. A refused request changes nothing.
+    /// exceeds the capacity (or, for a buffer with per-dimension limits, a
+    /// dimension beyond its padded one). A buffer of another mode than the
+    /// step's is [`Error::WrongMode`]. A refused request changes nothing.
     pub fn lease(
         &mut self,
         step: StepToken,
@@ -241,7 +296,8 @@ impl LeaseBook {
         let elements = match shape {
             None => slot.elements,
             Some(shape) => {
-                match view_elements(planned.name(), shape, slot.capacity, planned.padded_shape()) {
+                let (name, padded) = (planned.name(), planned.padded_shape());
+                match check_view(name, shape, slot.capacity, padded, slot.rule) {
                     Ok(n) => n,
                     Err(e) => {
                         self.book.release(slot);
@@ -265,15 +321,16 @@ impl LeaseBook {
     }
 
     /// Checks that `shape` fits the buffer of a live lease (the rule of
-    /// [`Lease::set_shape`](crate::Lease::set_shape)) and returns its
-    /// element count.
+    /// [`Lease::set_shape`](crate::Lease::set_shape): the buffer's
+    /// [`ShapeRule`](crate::ShapeRule)) and returns its element count.
     pub fn reshape(&self, lease: LeaseToken, shape: &[usize]) -> Result<usize> {
         let planned = self.live_buffer(lease)?;
-        view_elements(
+        check_view(
             planned.name(),
             shape,
             planned.capacity(),
             planned.padded_shape(),
+            planned.shape_rule(),
         )
     }
 
@@ -314,22 +371,23 @@ impl LeaseBook {
     }
 
     /// Moves `step` to `phase`, as [`Step::enter`](crate::Step::enter)
-    /// does: phases only move forward, and no lease may outlive its span.
+    /// does: a phase of the step's mode ([`Error::WrongMode`] otherwise),
+    /// phases only move forward, and no lease may outlive its span.
     /// Returns which lifetimes ended, for [`LeaseBook::ended`].
     pub fn enter(&mut self, step: StepToken, phase: Phase) -> Result<Ended> {
         self.check_step(step)?;
-        if phase.planner != self.plan.id || phase.index() >= self.plan.phases().len() {
-            return Err(Error::ForeignPhase {
-                index: phase.index(),
-                owner: "lease book",
-            });
-        }
+        let slot = self.book.phase_slot(&self.plan, phase, "lease book")?;
         let from = self.book.phase.get();
-        self.book.enter(&self.plan, phase.index())?;
-        Ok(Ended {
+        self.book.enter(&self.plan, slot)?;
+        Ok(self.ended_at(from, Some(slot)))
+    }
+
+    fn ended_at(&self, from: usize, to: Option<usize>) -> Ended {
+        Ended {
+            mode: usize::from(self.book.mode.get()),
             from,
-            to: Some(phase.index()),
-        })
+            to,
+        }
     }
 
     /// Name of the open step's phase (`"step"` when no phases were declared).
@@ -339,7 +397,7 @@ impl LeaseBook {
 
     /// Ends `step`: every lease still live ends with it (their tokens go
     /// stale), the phase goes back to the first one, the step is counted.
-    /// Returns which lifetimes ended: every step-scoped one.
+    /// Returns which lifetimes ended: every step-scoped one of its mode.
     pub fn end_step(&mut self, step: StepToken) -> Result<Ended> {
         self.check_step(step)?;
         let from = self.book.phase.get();
@@ -349,19 +407,25 @@ impl LeaseBook {
                 *live = 0;
             }
         }
+        let ended = self.ended_at(from, None);
         self.book.end_step();
         self.open = None;
-        Ok(Ended { from, to: None })
+        Ok(ended)
     }
 
     /// The buffers whose lifetime `ended` closed: the ones checked mode
-    /// poisons (every step-scoped buffer at the end of a step; at a phase
-    /// change, those whose span's last phase was left).
+    /// poisons, by the arena's rule (every step-scoped buffer of the step's
+    /// mode at the end of a step; at a phase change, those whose span's
+    /// last phase was left). Poison whole slots ([`PlannedBuffer::range`]),
+    /// as the arena does: the guard bytes are re-armed by the next lease.
     pub fn ended(&self, ended: Ended) -> impl Iterator<Item = &PlannedBuffer> + '_ {
-        self.plan
-            .buffers()
+        // Mode indices fit in u16 (the planner hands them out so).
+        let mode = ended.mode as u16;
+        self.book
+            .slots
             .iter()
-            .filter(move |b| lifetime_ends(b, ended.from, ended.to))
+            .filter(move |slot| lifetime_ends(slot, mode, ended.from, ended.to))
+            .map(|slot| &self.plan.buffers()[slot.index as usize])
     }
 
     /// The counters, as an arena keeps them. The book owns no memory:
@@ -460,6 +524,7 @@ mod tests {
         assert_eq!(
             book.enter(step, f.bwd)?,
             Ended {
+                mode: 0,
                 from: 0,
                 to: Some(1)
             }
@@ -601,8 +666,180 @@ mod tests {
         let e = book.enter(step, f.bwd)?;
         assert_eq!(names(&book, e), ["h"]);
         let e = book.end_step(step)?;
-        assert_eq!(e, Ended { from: 1, to: None });
+        assert_eq!(
+            e,
+            Ended {
+                mode: 0,
+                from: 1,
+                to: None
+            }
+        );
         assert_eq!(names(&book, e), ["h", "g", "s"]);
+        Ok(())
+    }
+
+    struct Modes {
+        plan: Plan,
+        train: Mode,
+        eval: Mode,
+        fwd: Phase,
+        bwd: Phase,
+        efwd: Phase,
+        w: BufferId,
+        h: BufferId,
+        g: BufferId,
+        eh: BufferId,
+        es: BufferId,
+    }
+
+    fn modes() -> Result<Modes> {
+        let mut p = Planner::new();
+        let train = p.mode("train")?;
+        let eval = p.mode("eval")?;
+        let fwd = p.phase_in(train, "forward")?;
+        let bwd = p.phase_in(train, "backward")?;
+        let efwd = p.phase_in(eval, "forward")?;
+        let w = p.persistent::<f32>("w", &[64])?.id();
+        let h = p.span::<f32>("h", &[32, 64], fwd, bwd)?.id();
+        let g = p.span::<f32>("g", &[32, 64], bwd, bwd)?.id();
+        let eh = p.span::<f32>("h", &[256, 64], efwd, efwd)?.id();
+        let es = p.step_in::<u8>(eval, "s", &[100])?.id();
+        Ok(Modes {
+            plan: p.plan()?,
+            train,
+            eval,
+            fwd,
+            bwd,
+            efwd,
+            w,
+            h,
+            g,
+            eh,
+            es,
+        })
+    }
+
+    #[test]
+    fn modes_are_refused_as_the_arena_refuses_them() -> Result<()> {
+        let m = modes()?;
+        let mut book = LeaseBook::new(m.plan.clone());
+        let mut arena = Arena::new(HostDevice::new(), m.plan.clone())?;
+        let step = book.begin_step_in(m.eval)?;
+        assert_eq!(book.mode_name(), "eval");
+        assert_eq!(book.phase(), "forward");
+        let s = arena.begin_step_in(m.eval)?;
+
+        // A buffer of another mode, then a phase of another mode.
+        let ours = book.lease(step, m.h, None).unwrap_err();
+        let h = m.h.typed::<f32>().ok_or(Error::EmptyPlan)?;
+        let theirs = s.lease(h).unwrap_err();
+        assert_eq!(ours.to_string(), theirs.to_string());
+        assert!(
+            matches!(&ours, Error::WrongMode { what: "buffer", mode, step_mode, .. } if mode == "train" && step_mode == "eval"),
+            "{ours}"
+        );
+        let ours = book.enter(step, m.bwd).unwrap_err();
+        let theirs = s.enter(m.bwd).unwrap_err();
+        assert_eq!(ours.to_string(), theirs.to_string());
+        assert!(matches!(ours, Error::WrongMode { what: "phase", .. }));
+        drop(s);
+
+        // The mode's own buffers and the persistent ones.
+        let eh = book.lease(step, m.eh, Some(&[256, 64]))?;
+        assert_eq!(eh.offset, m.plan.buffer(m.eh)?.offset());
+        book.lease(step, m.w, None)?;
+        book.lease(step, m.es, None)?;
+        book.enter(step, m.efwd)?;
+        book.end_step(step)?;
+
+        // A mode of another plan, and a mode by name.
+        let other = modes()?;
+        assert!(matches!(
+            book.begin_step_in(other.train),
+            Err(Error::ForeignMode {
+                owner: "lease book",
+                ..
+            })
+        ));
+        assert!(matches!(
+            book.mode("generate"),
+            Err(Error::UnknownName { kind: "mode", .. })
+        ));
+        assert_eq!(book.mode("train")?, m.train);
+        let step = book.begin_step_in(book.mode("train")?)?;
+        assert!(matches!(
+            book.begin_step_in(m.eval),
+            Err(Error::StepStillOpen { .. })
+        ));
+        book.lease(step, m.h, None)?;
+        assert!(matches!(
+            book.lease(step, m.eh, None),
+            Err(Error::WrongMode { .. })
+        ));
+        assert!(matches!(
+            book.enter(step, m.efwd),
+            Err(Error::WrongMode { .. })
+        ));
+        // The train mode's own phases, in order.
+        book.enter(step, m.bwd)?;
+        book.lease(step, m.g, None)?;
+        assert!(matches!(
+            book.enter(step, m.fwd),
+            Err(Error::PhaseOrder { .. })
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn ended_is_limited_to_the_steps_mode() -> Result<()> {
+        let m = modes()?;
+        let mut book = LeaseBook::new(m.plan.clone());
+        let names = |book: &LeaseBook, e| {
+            book.ended(e)
+                .map(|b| b.name().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let step = book.begin_step_in(m.train)?;
+        let e = book.enter(step, m.bwd)?;
+        assert_eq!(names(&book, e), [] as [&str; 0], "h lives on in backward");
+        let e = book.end_step(step)?;
+        assert_eq!(e.mode, m.train.index());
+        assert_eq!(names(&book, e), ["h", "g"]);
+        let step = book.begin_step_in(m.eval)?;
+        let e = book.end_step(step)?;
+        assert_eq!(names(&book, e), ["h", "s"]);
+        let eval: Vec<usize> = book.ended(e).map(|b| b.offset()).collect();
+        let buffers = m.plan.buffers();
+        assert_eq!(
+            eval,
+            [
+                buffers[m.eh.index()].offset(),
+                buffers[m.es.index()].offset()
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn per_dimension_buffers_keep_their_dimensions() -> Result<()> {
+        let mut p = Planner::new();
+        let any = p.step::<f32>("any", &[4, 16])?.id();
+        let dims = p.declare_dyn(
+            crate::BufferSpec::of::<f32>("dims", &[4, 16]).shape_rule(crate::ShapeRule::Dims),
+        )?;
+        let mut book = LeaseBook::new(p.plan()?);
+        let step = book.begin_step()?;
+        assert_eq!(book.lease(step, any, Some(&[2, 32]))?.elements, 64);
+        let e = book.lease(step, dims, Some(&[2, 32])).unwrap_err();
+        assert!(
+            matches!(e, Error::ViewExceedsDims { dim: Some(1), .. }),
+            "{e}"
+        );
+        let lease = book.lease(step, dims, Some(&[4, 16]))?;
+        assert!(matches!(
+            book.reshape(lease.token, &[64]),
+            Err(Error::ViewExceedsDims { dim: None, .. })
+        ));
         Ok(())
     }
 

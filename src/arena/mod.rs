@@ -155,24 +155,13 @@ impl<D: Device> Arena<D> {
 
     /// Opens a step of `mode` held by a guard (see [`Arena::step_in`]).
     pub fn begin_step_in(&mut self, mode: Mode) -> Result<Step<'_, D>> {
-        if mode.planner != self.plan.id || mode.index() >= self.plan.modes().len() {
-            return Err(Error::ForeignMode {
-                index: mode.index(),
-                owner: "arena",
-            });
-        }
-        Ok(self.open(mode.index))
+        let mode = book::mode_index(&self.plan, mode, "arena")?;
+        Ok(self.open(mode))
     }
 
     /// Opens a step of mode index `mode` (checked by the callers).
     pub(crate) fn open(&mut self, mode: u16) -> Step<'_, D> {
-        let first = self
-            .plan
-            .modes()
-            .get(usize::from(mode))
-            .map_or(0, |m| m.first_slot());
-        self.book.mode.set(mode);
-        self.book.phase.set(first);
+        self.book.open(&self.plan, mode);
         self.book.clear_leaked();
         Step { arena: self }
     }

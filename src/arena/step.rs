@@ -142,24 +142,7 @@ impl<'a, D: Device> Step<'a, D> {
     pub fn enter(&self, phase: Phase) -> Result<()> {
         let plan = &self.arena.plan;
         let book = &self.arena.book;
-        let mode = plan.modes().get(usize::from(phase.mode));
-        let Some(mode) =
-            mode.filter(|m| phase.planner == plan.id && phase.index() < m.phases().len())
-        else {
-            return Err(Error::ForeignPhase {
-                index: phase.index(),
-                owner: "arena",
-            });
-        };
-        if phase.mode != book.mode.get() {
-            return Err(Error::WrongMode {
-                what: "phase",
-                name: mode.phases()[phase.index()].clone(),
-                mode: mode.name().to_owned(),
-                step_mode: mode_name(plan, book.mode.get()),
-            });
-        }
-        let slot = mode.first_slot() + phase.index();
+        let slot = book.phase_slot(plan, phase, "arena")?;
         let from = book.phase.get();
         book.enter(plan, slot)?;
         if self.arena.options.checked {

@@ -70,7 +70,7 @@ impl<'s, T: Element> Pooled<'s, T> {
             name: Arc::clone(&site.name),
             data: std::mem::take(&mut site.data),
             padded,
-            rule: site.rule,
+            rule: site.size.rule(),
             dims,
             ndim: shape.len() as u8,
             len: shape.iter().product(),

@@ -51,6 +51,7 @@
 mod lease;
 mod lease_ops;
 mod recorder;
+mod rule;
 mod rust_code;
 mod shared_state;
 mod site;
@@ -60,6 +61,7 @@ mod toml_file;
 
 pub use lease::SiteLease;
 pub use recorder::{Persistent, RecordStats, Recorder};
+pub use rule::{SiteShape, check_frozen_request};
 pub use specs::{Declared, SpecEntry, SpecLifetime, SpecMode, SpecSet};
 pub use step::RecordStep;
 pub use step::Recorded;

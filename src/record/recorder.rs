@@ -1,6 +1,7 @@
 //! The recorder: records steps, freezes into a planned arena, and can go
 //! back to recording between epochs.
 
+use super::rule::SiteShape;
 use super::shared_state::{ModeInfo, SharedState};
 use super::site::{self, Life, Site};
 use super::specs::{SpecEntry, SpecLifetime, SpecMode, SpecSet};
@@ -251,7 +252,7 @@ impl<D: Device> Recorder<D> {
         let table = self.shared.table.borrow();
         if let Some(index) = table.find_persistent(name) {
             let site = &table.sites[index];
-            if site.dtype == T::DTYPE && site.max.as_slice() == shape {
+            if site.dtype == T::DTYPE && site.size.max() == shape {
                 return handle(index);
             }
             return Err(Error::DuplicateName {
@@ -306,7 +307,7 @@ impl<D: Device> Recorder<D> {
         let index = self.site_for::<T>(mode, name, max_shape)?;
         let site = &mut self.shared.table.get_mut().sites[index];
         let padded = site::padded(name, max_shape, site.rounding.unwrap_or(default))?;
-        site.widen(max_shape, padded.elements());
+        site.size.widen(max_shape, padded.elements());
         Ok(())
     }
 
@@ -319,17 +320,17 @@ impl<D: Device> Recorder<D> {
     pub fn per_dimension<T: Element>(&mut self, mode: Mode, name: &str) -> Result<()> {
         let index = self.site_for::<T>(mode, name, &[])?;
         let site = &mut self.shared.table.get_mut().sites[index];
-        if site.rule == ShapeRule::Dims {
+        if site.size.rule() == ShapeRule::Dims {
             return Ok(());
         }
         if site.requests > 0 {
             return Err(Error::InvalidView {
                 buffer: name.to_owned(),
-                shape: site.max.to_vec(),
+                shape: site.size.max.to_vec(),
                 reason: "per-dimension limits must be chosen before the site's first request",
             });
         }
-        site.rule = ShapeRule::Dims;
+        site.size.set_rule(ShapeRule::Dims);
         Ok(())
     }
 
@@ -342,7 +343,7 @@ impl<D: Device> Recorder<D> {
             if !shape.is_empty() {
                 site.check_compatible(T::DTYPE, shape)?;
             } else if site.dtype != T::DTYPE {
-                site.check_compatible(T::DTYPE, &site.max)?;
+                site.check_compatible(T::DTYPE, site.size.max())?;
             }
             return Ok(i);
         }
@@ -398,8 +399,8 @@ impl<D: Device> Recorder<D> {
                 let differs = found.is_some_and(|i| {
                     let site = &table.sites[i];
                     site.check_compatible(e.dtype, &e.shape).is_err()
-                        || (persistent && site.max.as_slice() != e.shape.as_slice())
-                        || (site.rule != e.shape_rule && site.requests > 0)
+                        || (persistent && site.size.max() != e.shape.as_slice())
+                        || (site.size.rule() != e.shape_rule && site.requests > 0)
                 });
                 if clash || differs {
                     return Err(invalid(format!(
@@ -463,10 +464,10 @@ impl<D: Device> Recorder<D> {
         };
         if let Some(i) = found {
             let site = &mut table.sites[i];
-            site.rule = e.shape_rule;
+            site.size.set_rule(e.shape_rule);
             site.rounding = e.rounding.or(site.rounding);
             if life != Life::Persistent {
-                site.widen(&e.shape, padded.elements());
+                site.size.widen(&e.shape, padded.elements());
                 site.life = Some(site.life.map_or(life, |l| l.union(life)));
             }
             site.recorded |= e.recorded_steps.is_some();
@@ -476,8 +477,7 @@ impl<D: Device> Recorder<D> {
             Site::persistent(&e.name, e.dtype, &e.shape, padded.elements())
         } else {
             let mut s = Site::temp(&e.name, mode, e.dtype);
-            s.rule = e.shape_rule;
-            s.widen(&e.shape, padded.elements());
+            s.size = SiteShape::sized(e.shape_rule, &e.shape, padded.elements());
             s.life = Some(life);
             s
         };
@@ -552,11 +552,11 @@ impl<D: Device> Recorder<D> {
         let buffers = table
             .sites
             .iter()
-            .filter(|s| !s.max.is_empty())
+            .filter(|s| s.size.is_sized())
             .map(|s| SpecEntry {
                 name: s.name.to_string(),
                 dtype: s.dtype,
-                shape: s.max.to_vec(),
+                shape: s.size.max.to_vec(),
                 lifetime: match s.life {
                     Some(Life::Persistent) => SpecLifetime::Persistent,
                     Some(Life::Step) | None => SpecLifetime::Step,
@@ -566,7 +566,7 @@ impl<D: Device> Recorder<D> {
                     .mode
                     .filter(|&m| m > 0)
                     .map(|m| self.shared.mode_name(m).to_owned()),
-                shape_rule: s.rule,
+                shape_rule: s.size.rule(),
                 rounding: s.rounding,
                 recorded_steps: (s.recorded && s.life.is_some()).then_some(steps),
             })
@@ -705,14 +705,14 @@ impl<D: Device> Recorder<D> {
         let index = self.check_handle(buffer)?;
         let table = self.shared.table.borrow();
         let site = &table.sites[index];
-        let expected: usize = site.max.iter().product();
+        let expected: usize = site.size.max().iter().product();
         if len != expected {
             return Err(Error::CopyLength {
                 op,
                 buffer: site.name.to_string(),
                 given: len,
                 expected,
-                shape: site.max.to_vec(),
+                shape: site.size.max.to_vec(),
             });
         }
         Ok(())
@@ -732,7 +732,11 @@ impl<D: Device> Recorder<D> {
                     index,
                     owner: "recorder",
                 })?;
-        let padded = site::padded(&site.name, &site.max, site.rounding.unwrap_or(default))?;
+        let padded = site::padded(
+            &site.name,
+            site.size.max(),
+            site.rounding.unwrap_or(default),
+        )?;
         let capacity = padded.elements();
         let all = bytemuck::cast_slice_mut::<u64, T>(&mut site.data);
         if len > capacity || len > all.len() {
@@ -834,7 +838,7 @@ impl<D: Device + Clone> Recorder<D> {
         let ids: Box<[BufferId]> = table
             .sites
             .iter()
-            .map(|s| match s.max.is_empty() {
+            .map(|s| match !s.size.is_sized() {
                 true => none,
                 false => planned.next().unwrap_or(none),
             })

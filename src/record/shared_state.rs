@@ -113,7 +113,7 @@ impl SharedState {
         }
         let padded = site::padded(name, shape, site.rounding.unwrap_or(default))?;
         self.ensure_capacity(site, padded.elements())?;
-        site.widen(shape, padded.elements());
+        site.size.widen(shape, padded.elements());
         let now = self.life_now();
         site.life = Some(site.life.map_or(now, |l| l.union(now)));
         site.requests += 1;
@@ -159,7 +159,7 @@ impl SharedState {
                 buffer: site.name.to_string(),
             });
         }
-        let shape = site.max.clone();
+        let shape = site.size.max.clone();
         let padded = site::padded(&site.name, &shape, site.rounding.unwrap_or(default))?;
         self.ensure_capacity(site, padded.elements())?;
         site.live = true;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::rule::SiteShape;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::shape::{Dims, Rounding, Shape, ShapeRule};
+use crate::shape::{Rounding, Shape, ShapeRule};
 
 /// How long a site lives, as learned or declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,16 +42,9 @@ pub(crate) struct Site {
     /// Its mode; `None` for a persistent buffer.
     pub mode: Option<u16>,
     pub dtype: DType,
-    /// The shape the site's buffer is planned for. By the element-count
-    /// rule: the request (or declared bound) whose padded shape has the
-    /// most elements; per dimension: the largest of every dimension. Empty
-    /// while nothing sized the site yet. The declared shape for persistent
-    /// buffers.
-    pub max: Dims,
-    /// Element-count sites: elements of `max` padded (the planned
-    /// capacity), to compare requests by. Unused per dimension.
-    pub max_padded: usize,
-    pub rule: ShapeRule,
+    /// The shape the site's buffer is planned for, by the site's rule (the
+    /// declared shape for persistent buffers).
+    pub size: SiteShape,
     pub rounding: Option<Rounding>,
     /// `None` until the site is first requested.
     pub life: Option<Life>,
@@ -72,9 +66,7 @@ impl Site {
             name: Arc::from(name),
             mode: Some(mode),
             dtype,
-            max: Dims::new(),
-            max_padded: 0,
-            rule: ShapeRule::Elements,
+            size: SiteShape::new(ShapeRule::Elements),
             rounding: None,
             life: None,
             recorded: true,
@@ -87,8 +79,7 @@ impl Site {
     pub fn persistent(name: &str, dtype: DType, shape: &[usize], padded: usize) -> Site {
         Site {
             mode: None,
-            max: shape.iter().copied().collect(),
-            max_padded: padded,
+            size: SiteShape::sized(ShapeRule::Elements, shape, padded),
             life: Some(Life::Persistent),
             recorded: false,
             ..Site::temp(name, 0, dtype)
@@ -97,30 +88,6 @@ impl Site {
 
     pub fn is_persistent(&self) -> bool {
         self.mode.is_none()
-    }
-
-    /// Grows what the site is planned for to cover `shape`, whose padded
-    /// shape has `padded` elements, by the site's rule (the rank is checked
-    /// by the caller for per-dimension sites).
-    pub fn widen(&mut self, shape: &[usize], padded: usize) {
-        match self.rule {
-            _ if self.max.is_empty() => {
-                self.max = shape.iter().copied().collect();
-                self.max_padded = padded;
-            }
-            ShapeRule::Elements => {
-                if padded > self.max_padded {
-                    self.max = shape.iter().copied().collect();
-                    self.max_padded = padded;
-                }
-            }
-            ShapeRule::Dims => {
-                for (m, &d) in self.max.iter_mut().zip(shape) {
-                    *m = (*m).max(d);
-                }
-                self.max_padded = 0;
-            }
-        }
     }
 
     /// Checks that `shape` may be recorded for this site: the same element
@@ -134,14 +101,7 @@ impl Site {
                 requested: dtype.name(),
             });
         }
-        if self.rule == ShapeRule::Dims && !self.max.is_empty() && self.max.len() != shape.len() {
-            return Err(Error::InvalidView {
-                buffer: self.name.to_string(),
-                shape: shape.to_vec(),
-                reason: "a site with per-dimension limits keeps the number of dimensions it was first sized with",
-            });
-        }
-        Ok(())
+        self.size.check_rank(&self.name, shape)
     }
 }
 
@@ -185,7 +145,7 @@ impl Table {
     pub fn insert(&mut self, site: Site) -> Result<usize> {
         let index = u32::try_from(self.sites.len()).map_err(|_| Error::SizeOverflow {
             buffer: site.name.to_string(),
-            shape: site.max.to_vec(),
+            shape: site.size.max.to_vec(),
             what: "the number of sites",
             limit: u64::from(u32::MAX),
         })?;
@@ -225,17 +185,17 @@ mod tests {
     #[test]
     fn sites_are_sized_by_element_count_unless_opted_in() {
         let mut s = Site::temp("x", 0, DType::F32);
-        s.widen(&[4, 10], 64);
-        s.widen(&[7, 3], 112);
-        s.widen(&[2, 12], 32);
-        assert_eq!(s.max.as_slice(), &[7, 3], "the largest padded request");
+        s.size.widen(&[4, 10], 64);
+        s.size.widen(&[7, 3], 112);
+        s.size.widen(&[2, 12], 32);
+        assert_eq!(s.size.max(), &[7, 3], "the largest padded request");
         // Any rank, by element count.
         s.check_compatible(DType::F32, &[1, 1, 1]).unwrap();
         let mut d = Site::temp("y", 0, DType::F32);
-        d.rule = ShapeRule::Dims;
-        d.widen(&[4, 10], 64);
-        d.widen(&[7, 3], 112);
-        assert_eq!(d.max.as_slice(), &[7, 10], "the largest of each dimension");
+        d.size.set_rule(ShapeRule::Dims);
+        d.size.widen(&[4, 10], 64);
+        d.size.widen(&[7, 3], 112);
+        assert_eq!(d.size.max(), &[7, 10], "the largest of each dimension");
         let e = d.check_compatible(DType::F32, &[1, 1, 1]).unwrap_err();
         assert!(e.to_string().contains("number of dimensions"), "{e}");
         let e = d.check_compatible(DType::I32, &[1, 1]).unwrap_err();

@@ -2,13 +2,13 @@
 //! buffers by handle, phases of the step's mode.
 
 use super::lease::SiteLease;
+use super::rule::check_frozen_request;
 use super::shared_state::SharedState;
 use crate::arena::{Leases, Step, StepScope};
 use crate::device::Device;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::plan::{Buffer, BufferId, Mode, Phase};
-use crate::shape::{ShapeRule, check_dims, view_elements};
 
 /// One step of a [`Recorder`](super::Recorder), in one mode: made by
 /// [`Recorder::step`](super::Recorder::step) or
@@ -78,7 +78,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
         let site = &table.sites[index];
         // Sites cannot be added while frozen, so every site has an id; one
         // opted in to per-dimension limits but never sized has no buffer.
-        let Some(&id) = ids.get(index).filter(|_| !site.max.is_empty()) else {
+        let Some(&id) = ids.get(index).filter(|_| site.size.is_sized()) else {
             return Err(self.unrecorded(name));
         };
         let Some(buffer) = id.typed::<T>() else {
@@ -91,34 +91,8 @@ impl<'r, D: Device> RecordStep<'r, D> {
         let Some(planned) = step.plan().buffers().get(id.index()) else {
             return Err(self.unrecorded(name));
         };
-        let padded = planned.padded_shape();
-        let exceeds = |per_dimension| {
-            Error::ExceedsRecorded(Box::new(crate::error::ExceedsRecorded {
-                site: name.to_owned(),
-                mode: self.shared.mode_name(self.mode).to_owned(),
-                requested: shape.to_vec(),
-                recorded: site.max.to_vec(),
-                padded: padded.to_vec(),
-                capacity: planned.capacity(),
-                per_dimension,
-            }))
-        };
-        // The one shape rule, with the recorder's message for a request
-        // beyond the plan (it says how to re-plan).
-        let elements = match view_elements(name, shape, planned.capacity(), padded) {
-            Ok(n) => n,
-            Err(Error::ViewTooLarge { .. }) => return Err(exceeds(false)),
-            Err(e) => return Err(e),
-        };
-        if site.rule == ShapeRule::Dims && check_dims(name, shape, padded).is_err() {
-            return Err(exceeds(true));
-        }
-        if shape.contains(&0) {
-            return Err(Error::EmptyShape {
-                buffer: name.to_owned(),
-                shape: shape.to_vec(),
-            });
-        }
+        let mode = self.shared.mode_name(self.mode);
+        let elements = check_frozen_request(mode, shape, planned)?;
         Ok((buffer, elements))
     }
 
