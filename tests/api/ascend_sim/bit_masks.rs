@@ -9,7 +9,7 @@
 use super::open;
 use crate::support::elem::Elem;
 use crate::support::sim::{self, sim};
-use tensor_arena::ops::{Kernel, RngState, bit_mask_bytes};
+use tensor_arena::ops::{Kernel, RngState, bit_mask_bytes, philox};
 use tensor_arena::{
     Arena, DType, Device, Error, HostDevice, Kernels, Planner, Region, Result, bf16, f16,
 };
@@ -125,6 +125,17 @@ fn bit_masks_match<T: Elem>() -> Result<()> {
         let used = |b: &[u8], e: usize| (b[e / 8] >> (e % 8)) & 1;
         if let Some(e) = (0..n).find(|&e| used(&host.bits, e) != used(&npu.bits, e)) {
             panic!("{what}: bit {e} differs");
+        }
+        // What docs/kernels.md says of the bits past the last element: 0 on
+        // the host; on the device (these kernels, through the shim) the keep
+        // decisions of the stream elements that follow the call.
+        let tail = bit_mask_bytes(n) * 8;
+        assert!((n..tail).all(|e| used(&host.bits, e) == 0), "{what}");
+        let q = 1.0 - p;
+        for e in n..tail {
+            let w = philox::stream_word(rng.seed, rng.offset.wrapping_add(e as u64));
+            let kept = (w >> 8) as f32 * (1.0 / 16_777_216.0) < q;
+            assert_eq!(used(&npu.bits, e) == 1, kept, "{what}: tail bit {e}");
         }
         drop(dev);
         sim().assert_clean();
