@@ -468,9 +468,7 @@ pub enum Error {
     },
 
     /// A saved bit-mask dropout applied to a gradient of another length.
-    #[error(
-        "{op}: '{buffer}' has {len} elements but the forward bit mask covered {expected}"
-    )]
+    #[error("{op}: '{buffer}' has {len} elements but the forward bit mask covered {expected}")]
     BitMaskElements {
         /// The op that was called.
         op: &'static str,

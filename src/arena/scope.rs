@@ -322,11 +322,7 @@ impl<T: Element, D: Device> LeaseOps<T> for Lease<'_, T, D> {
     {
         Lease::dropout_backward_(self, mask)
     }
-    fn dropout_with_bits_(
-        &mut self,
-        p: f32,
-        bits: &mut Lease<'_, u8, D>,
-    ) -> Result<DropoutBitMask>
+    fn dropout_with_bits_(&mut self, p: f32, bits: &mut Lease<'_, u8, D>) -> Result<DropoutBitMask>
     where
         T: Float,
         D: Kernels,

@@ -92,7 +92,13 @@ impl HostDevice {
 
     /// A kernel that writes its bit-mask operand as well as `x`
     /// ([`Kernel::DropoutBits`]); chunks of `x` write their own bytes.
-    fn run_writing_bits<T: Float>(&self, slab: &HostSlab, kernel: &Kernel, x: Region, bits: Region) {
+    fn run_writing_bits<T: Float>(
+        &self,
+        slab: &HostSlab,
+        kernel: &Kernel,
+        x: Region,
+        bits: Region,
+    ) {
         let n = x.len / std::mem::size_of::<T>();
         let base = slab.base();
         // SAFETY: as in `run_typed`: `x` holds `n` elements of `T` inside

@@ -30,7 +30,12 @@ pub(crate) fn run_bytes(kernel: &Kernel, x: &mut [u8], pos: usize) {
 
 /// Runs one chunk of a kernel that writes a bit mask besides `x`
 /// ([`Kernel::DropoutBits`]) with the best code path the CPU supports.
-pub(crate) fn run_writing_bits<T: Float>(kernel: &Kernel, x: &mut [T], bits: &mut [u8], pos: usize) {
+pub(crate) fn run_writing_bits<T: Float>(
+    kernel: &Kernel,
+    x: &mut [T],
+    bits: &mut [u8],
+    pos: usize,
+) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2 (detected just above), the only

@@ -1,5 +1,5 @@
 //! In-place kernels: Philox bernoulli fill, masked scale, multiply, and
-//! fused dropout. This module is the reference every device backend is
+//! dropout, fused or with a 1-bit mask. This module is the reference every device backend is
 //! checked against bit for bit.
 //!
 //! Semantics (for `f32`; `f16` and `bf16` are widened to f32, computed, and
@@ -20,10 +20,14 @@
 //! - `dropout_bits(p)`: `x` exactly as `dropout(p)` leaves it, and the keep
 //!   decisions stored one bit per element in a second buffer of
 //!   [`bit_mask_bytes`]`(n)` bytes (bit `e % 8` of byte `e / 8` is element
-//!   `e`, 1 = kept; the host writes the bits past the last element as 0);
+//!   `e`, 1 = kept; the host writes the bits past the last element as 0,
+//!   devices leave them unspecified and no kernel reads them);
 //!   `apply_bits(scale)`: `x = bit ? x * scale : 0`, its backward with
 //!   `scale = 1 / (1 - p)`: the regenerating backward's bits, from memory
-//!   instead of the random stream.
+//!   instead of the random stream. The default for training where the
+//!   n / 8 bytes fit (on an NPU the backward is then bounded by memory
+//!   bandwidth, not by Philox); the fused pair where they do not
+//!   (`docs/kernels.md`).
 //!
 //! Element `i` of a call reads stream element `offset + i` only, so results
 //! are identical however the work is split into chunks or threads.

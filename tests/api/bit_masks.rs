@@ -63,7 +63,12 @@ struct Run {
     bits: Vec<u8>,
 }
 
-fn both_paths<T: Elem>(n: usize, threads: usize, p: f32, rng: RngState) -> tensor_arena::Result<(Run, Run, Vec<u8>)> {
+fn both_paths<T: Elem>(
+    n: usize,
+    threads: usize,
+    p: f32,
+    rng: RngState,
+) -> tensor_arena::Result<(Run, Run, Vec<u8>)> {
     let mut planner = Planner::new();
     let x = planner.step::<T>("x", &[n])?;
     let g = planner.step::<T>("g", &[n])?;
@@ -96,7 +101,10 @@ fn both_paths<T: Elem>(n: usize, threads: usize, p: f32, rng: RngState) -> tenso
         gl.copy_from_host(&gv)?;
         bl.as_mut_slice().fill(0xA5);
         let mask = xl.dropout_with_bits_(p, &mut bl)?;
-        assert_eq!((mask.p, mask.rng, mask.len, mask.bytes()), (p, rng, n, bit_mask_bytes(n)));
+        assert_eq!(
+            (mask.p, mask.rng, mask.len, mask.bytes()),
+            (p, rng, n, bit_mask_bytes(n))
+        );
         gl.dropout_backward_with_bits_(&mask, &bl)?;
         Ok((
             bits_of(xl.as_slice()),
@@ -131,13 +139,20 @@ fn host_paths_agree<T: Elem>() -> R {
                 let (fused, with_bits, keep) = both_paths::<T>(n, threads, p, rng)?;
                 assert_eq!(fused.x, with_bits.x, "{what}: activation");
                 assert_eq!(fused.grad, with_bits.grad, "{what}: gradient");
-                assert_eq!(fused.after, with_bits.after, "{what}: the stream moves alike");
+                assert_eq!(
+                    fused.after, with_bits.after,
+                    "{what}: the stream moves alike"
+                );
                 assert_eq!(with_bits.bits.len(), bit_mask_bytes(n));
                 if let Some(e) = (0..n).find(|&e| bit(&with_bits.bits, e) != (keep[e] == 1)) {
                     panic!("{what}: bit {e} is not the u8 mask's decision");
                 }
                 if n % 8 != 0 {
-                    assert_eq!(with_bits.bits[n / 8] >> (n % 8), 0, "{what}: bits past the end");
+                    assert_eq!(
+                        with_bits.bits[n / 8] >> (n % 8),
+                        0,
+                        "{what}: bits past the end"
+                    );
                 }
                 // And the reference on plain slices.
                 let mut xs = values::<T>(n, 1);
@@ -174,16 +189,30 @@ fn chunked_runs_agree<T: Elem>() -> R {
     for chunk in [64usize, 192, 4096, 65_536] {
         let mut xs = x.clone();
         let mut bits = vec![0xFFu8; bit_mask_bytes(n)];
-        for (c, (xc, bc)) in xs.chunks_mut(chunk).zip(bits.chunks_mut(chunk / 8)).enumerate() {
+        for (c, (xc, bc)) in xs
+            .chunks_mut(chunk)
+            .zip(bits.chunks_mut(chunk / 8))
+            .enumerate()
+        {
             k.run_chunk_writing_bits(xc, bc, c * chunk);
         }
-        assert_eq!(bits_of(&xs), bits_of(&whole), "{} chunks of {chunk}", T::DTYPE);
+        assert_eq!(
+            bits_of(&xs),
+            bits_of(&whole),
+            "{} chunks of {chunk}",
+            T::DTYPE
+        );
         assert_eq!(bits, whole_bits, "{} chunks of {chunk}", T::DTYPE);
         let mut gs = values::<T>(n, 4);
         for (c, (gc, bc)) in gs.chunks_mut(chunk).zip(bits.chunks(chunk / 8)).enumerate() {
             apply.run_chunk_bits(gc, bc, c * chunk);
         }
-        assert_eq!(bits_of(&gs), bits_of(&grad), "{} apply in chunks of {chunk}", T::DTYPE);
+        assert_eq!(
+            bits_of(&gs),
+            bits_of(&grad),
+            "{} apply in chunks of {chunk}",
+            T::DTYPE
+        );
     }
     Ok(())
 }
@@ -197,7 +226,11 @@ fn chunked_bit_masks_equal_one_call() -> R {
 
 /// One forward and backward through the step API: written once, run on an
 /// arena and on a recorder. Returns the activation and the gradient.
-fn generic_step<S: StepScope>(s: &S, bwd: Phase, n: usize) -> tensor_arena::Result<(Vec<f32>, Vec<f32>)>
+fn generic_step<S: StepScope>(
+    s: &S,
+    bwd: Phase,
+    n: usize,
+) -> tensor_arena::Result<(Vec<f32>, Vec<f32>)>
 where
     S::Device: Kernels + tensor_arena::HostAccessible,
 {
@@ -285,7 +318,11 @@ fn bit_mask_misuse_is_an_error_naming_buffers_and_lengths() -> R {
             }
         );
         let text = e.to_string();
-        for part in ["'short_bits' has 12 bytes", "100 elements of 'h'", "need 13"] {
+        for part in [
+            "'short_bits' has 12 bytes",
+            "100 elements of 'h'",
+            "need 13",
+        ] {
             assert!(text.contains(part), "{text}");
         }
         assert!(matches!(
@@ -315,11 +352,18 @@ fn bit_mask_misuse_is_an_error_naming_buffers_and_lengths() -> R {
                 expected: 100,
             }
         );
-        assert!(e.to_string().contains("forward bit mask covered 100"), "{e}");
+        assert!(
+            e.to_string().contains("forward bit mask covered 100"),
+            "{e}"
+        );
         dl.set_shape(&[100])?;
         assert!(matches!(
             dl.dropout_backward_with_bits_(&mask, &sl),
-            Err(Error::BitMaskBytes { bytes: 12, needed: 13, .. })
+            Err(Error::BitMaskBytes {
+                bytes: 12,
+                needed: 13,
+                ..
+            })
         ));
         dl.dropout_backward_with_bits_(&mask, &bl)
     })?;
@@ -334,7 +378,11 @@ fn recorder_bit_mask_misuse_is_an_error() -> R {
         let mut bits = s.temp::<u8>("bits", &[64])?;
         assert!(matches!(
             h.dropout_with_bits_(0.5, &mut bits),
-            Err(Error::BitMaskBytes { bytes: 64, needed: 8, .. })
+            Err(Error::BitMaskBytes {
+                bytes: 64,
+                needed: 8,
+                ..
+            })
         ));
         bits.set_shape(&[8])?;
         let mask = h.dropout_with_bits_(0.5, &mut bits)?;
@@ -342,7 +390,11 @@ fn recorder_bit_mask_misuse_is_an_error() -> R {
         let mut dh = s.temp::<f32>("dh", &[65])?;
         assert!(matches!(
             dh.dropout_backward_with_bits_(&mask, &bits),
-            Err(Error::BitMaskElements { len: 65, expected: 64, .. })
+            Err(Error::BitMaskElements {
+                len: 65,
+                expected: 64,
+                ..
+            })
         ));
         dh.set_shape(&[64])?;
         dh.dropout_backward_with_bits_(&mask, &bits)
@@ -396,9 +448,10 @@ fn devices_refuse_bit_mask_launches_of_the_wrong_shape() -> R {
             offset: 0,
             len: 1000,
         };
-        assert!(dev
-            .launch(&slab, &k, DType::U8, u8_values, Some(bits))
-            .is_err());
+        assert!(
+            dev.launch(&slab, &k, DType::U8, u8_values, Some(bits))
+                .is_err()
+        );
     }
     let half = Region {
         offset: 0,

@@ -187,7 +187,11 @@ fn the_device_refuses_bit_masks_of_the_wrong_length() -> Result<()> {
             "{e}"
         );
     }
-    assert_eq!(sim().counter("kernel_launches"), launches, "nothing launched");
+    assert_eq!(
+        sim().counter("kernel_launches"),
+        launches,
+        "nothing launched"
+    );
     let bits = Region {
         offset: 4096,
         len: 125,
