@@ -7,6 +7,7 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ops::{
     Float, Kernel, MaskElement, MaskFor, RngState, apply_mask_kernel, bit_mask_bytes,
+    check_bit_mask,
 };
 
 /// What `dropout_` used, kept for the backward pass: replaying the same
@@ -57,6 +58,20 @@ impl DropoutBitMask {
             rng: self.rng,
             len: self.len,
         }
+    }
+
+    /// Checks that the gradient `buffer` of `len` elements has the
+    /// forward's length.
+    pub(crate) fn check_gradient(&self, op: &'static str, buffer: &str, len: usize) -> Result<()> {
+        if self.len != len {
+            return Err(Error::BitMaskElements {
+                op,
+                buffer: buffer.to_owned(),
+                len,
+                expected: self.len,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -212,14 +227,7 @@ impl<T: Float, D: Kernels> Lease<'_, T, D> {
         bits: &Lease<'_, u8, D>,
     ) -> Result<()> {
         let op = "dropout_backward_with_bits_";
-        if mask.len != self.len() {
-            return Err(Error::BitMaskElements {
-                op,
-                buffer: self.name().to_owned(),
-                len: self.len(),
-                expected: mask.len,
-            });
-        }
+        mask.check_gradient(op, self.name(), self.len())?;
         let region = self.bits_operand(op, mask.len, bits)?;
         self.launch(
             &Kernel::ApplyBits {
@@ -244,17 +252,7 @@ impl<T: Float, D: Kernels> Lease<'_, T, D> {
                 other: bits.name().to_owned(),
             });
         }
-        let needed = bit_mask_bytes(elements);
-        if bits.len() != needed {
-            return Err(Error::BitMaskBytes {
-                op,
-                buffer: self.name().to_owned(),
-                elements,
-                mask: bits.name().to_owned(),
-                bytes: bits.len(),
-                needed,
-            });
-        }
+        check_bit_mask(op, self.name(), elements, bits.name(), bits.len())?;
         Ok(bits.region())
     }
 

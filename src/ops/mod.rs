@@ -461,20 +461,31 @@ pub const fn bit_mask_bytes(elements: usize) -> usize {
     elements.div_ceil(8)
 }
 
-/// Checks that `bits` is the bit mask of `elements` elements.
-fn check_bits(op: &'static str, elements: usize, bits: usize) -> Result<()> {
+/// Checks that the `bytes`-byte buffer `mask` is the bit mask of the
+/// `elements` elements of `buffer`.
+pub(crate) fn check_bit_mask(
+    op: &'static str,
+    buffer: &str,
+    elements: usize,
+    mask: &str,
+    bytes: usize,
+) -> Result<()> {
     let needed = bit_mask_bytes(elements);
-    if bits != needed {
+    if bytes != needed {
         return Err(Error::BitMaskBytes {
             op,
-            buffer: "x".to_owned(),
+            buffer: buffer.to_owned(),
             elements,
-            mask: "bits".to_owned(),
-            bytes: bits,
+            mask: mask.to_owned(),
+            bytes,
             needed,
         });
     }
     Ok(())
+}
+
+fn check_bits(op: &'static str, elements: usize, bits: usize) -> Result<()> {
+    check_bit_mask(op, "x", elements, "bits", bits)
 }
 
 /// Dropout of `x` in place, as [`dropout`] computes it (the same stream

@@ -11,7 +11,7 @@ use crate::arena::{DropoutBitMask, DropoutMask, LeaseOps};
 use crate::device::{Device, HostAccessible, Kernels};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ops::{self, Float, MaskElement, MaskFor, RngState, bit_mask_bytes};
+use crate::ops::{self, Float, MaskElement, MaskFor, RngState};
 
 impl<T: MaskElement> Pooled<'_, T> {
     /// Runs a random kernel at the recorder's stream position and moves the
@@ -132,14 +132,7 @@ impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
         match (&mut self.inner, &bits.inner) {
             (Inner::Planned(x), Inner::Planned(b)) => x.dropout_backward_with_bits_(mask, b),
             (Inner::Pooled(x), Inner::Pooled(b)) => {
-                if mask.len != x.len {
-                    return Err(Error::BitMaskElements {
-                        op,
-                        buffer: x.name.to_string(),
-                        len: x.len,
-                        expected: mask.len,
-                    });
-                }
+                mask.check_gradient(op, &x.name, x.len)?;
                 check_bits(op, x, mask.len, b)?;
                 ops::apply_bits(x.slice_mut(), b.slice(), mask.scale())
             }
@@ -243,18 +236,7 @@ fn check_bits<T: Element>(
             other: bits.name.to_string(),
         });
     }
-    let needed = bit_mask_bytes(elements);
-    if bits.len != needed {
-        return Err(Error::BitMaskBytes {
-            op,
-            buffer: x.name.to_string(),
-            elements,
-            mask: bits.name.to_string(),
-            bytes: bits.len,
-            needed,
-        });
-    }
-    Ok(())
+    ops::check_bit_mask(op, &x.name, elements, &bits.name, bits.len)
 }
 
 impl<T: Element, D: Device> LeaseOps<T> for SiteLease<'_, T, D> {
