@@ -7,7 +7,11 @@
 //!   one thread and two;
 //! - `three_passes`: dropout as separate bernoulli_, mul_ and mul_scalar_
 //!   passes through a stored mask, against the fused `dropout_`;
-//! - `mul_` (reads two buffers, writes one) against memcpy bandwidth.
+//! - `mul_` (reads two buffers, writes one) against memcpy bandwidth;
+//! - `dropout_pair`: forward and backward of the regenerating
+//!   `dropout_` / `dropout_backward_` against the bit-mask
+//!   `dropout_with_bits_` / `dropout_backward_with_bits_`, and each
+//!   backward alone, one thread.
 //!
 //! numpy's rate comes from `benches/numpy_bernoulli.py` (see BENCHMARKS.md).
 
@@ -17,6 +21,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rand::distr::{Bernoulli, Distribution};
 use rand::{SeedableRng, rngs::SmallRng};
+use tensor_arena::ops::bit_mask_bytes;
 use tensor_arena::{Arena, Buffer, HostDevice, Planner};
 
 const N: usize = 16 << 20; // 16 Mi f32 = 64 MiB
@@ -26,6 +31,7 @@ struct Setup {
     x: Buffer<f32>,
     y: Buffer<f32>,
     mask: Buffer<f32>,
+    bits: Buffer<u8>,
 }
 
 fn setup(threads: usize) -> Setup {
@@ -33,11 +39,18 @@ fn setup(threads: usize) -> Setup {
     let x = p.step::<f32>("x", &[N]).expect("x");
     let y = p.step::<f32>("y", &[N]).expect("y");
     let mask = p.step::<f32>("mask", &[N]).expect("mask");
+    let bits = p.step::<u8>("bits", &[bit_mask_bytes(N)]).expect("bits");
     let dev = HostDevice::new().with_threads(threads).expect("threads");
     let mut arena = Arena::new(dev, p.plan().expect("plan")).expect("arena");
     arena.write(x, &vec![1.0; N]).expect("x");
     arena.write(y, &vec![1.0; N]).expect("y");
-    Setup { arena, x, y, mask }
+    Setup {
+        arena,
+        x,
+        y,
+        mask,
+        bits,
+    }
 }
 
 fn rng_kernels(c: &mut Criterion) {
@@ -112,6 +125,43 @@ fn bandwidth(c: &mut Criterion) {
     g.finish();
 }
 
+fn dropout_pair(c: &mut Criterion) {
+    let mut g = c.benchmark_group("dropout_pair");
+    g.throughput(Throughput::Elements(N as u64));
+    let mut s = setup(1);
+    let (x, y, bits) = (s.x, s.y, s.bits);
+    s.arena.step(|st| {
+        let mut x = st.lease(x).expect("x");
+        let mut y = st.lease(y).expect("y");
+        let mut bits = st.lease(bits).expect("bits");
+        g.bench_function("regenerate/forward+backward", |b| {
+            b.iter(|| {
+                let mask = x.dropout_(0.1).expect("dropout_");
+                y.dropout_backward_(&mask).expect("dropout_backward_");
+            })
+        });
+        g.bench_function("bits/forward+backward", |b| {
+            b.iter(|| {
+                let mask = x.dropout_with_bits_(0.1, &mut bits).expect("forward");
+                y.dropout_backward_with_bits_(&mask, &bits)
+                    .expect("backward");
+            })
+        });
+        let mask = x.dropout_(0.1).expect("dropout_");
+        g.bench_function("regenerate/backward", |b| {
+            b.iter(|| y.dropout_backward_(&mask).expect("dropout_backward_"))
+        });
+        let mask = x.dropout_with_bits_(0.1, &mut bits).expect("forward");
+        g.bench_function("bits/backward", |b| {
+            b.iter(|| {
+                y.dropout_backward_with_bits_(&mask, &bits)
+                    .expect("backward")
+            })
+        });
+    });
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_millis(500))
@@ -119,5 +169,5 @@ fn config() -> Criterion {
         .sample_size(10)
 }
 
-criterion_group! { name = benches; config = config(); targets = rng_kernels, bandwidth }
+criterion_group! { name = benches; config = config(); targets = rng_kernels, bandwidth, dropout_pair }
 criterion_main!(benches);

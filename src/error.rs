@@ -446,6 +446,40 @@ pub enum Error {
         expected: usize,
     },
 
+    /// A bit mask whose byte count is not `ceil(n / 8)` for the `n`
+    /// elements it covers (the bits of
+    /// [`dropout_with_bits_`](crate::Lease::dropout_with_bits_)).
+    #[error(
+        "{op}: bit mask '{mask}' has {bytes} bytes, but the {elements} elements of '{buffer}' need {needed} (one bit each: ops::bit_mask_bytes({elements}))"
+    )]
+    BitMaskBytes {
+        /// The op that was called.
+        op: &'static str,
+        /// The buffer the mask covers.
+        buffer: String,
+        /// Its element count (a gradient's: the forward's).
+        elements: usize,
+        /// The bit-mask buffer.
+        mask: String,
+        /// Its length in bytes (its view's).
+        bytes: usize,
+        /// The bytes it must have.
+        needed: usize,
+    },
+
+    /// A saved bit-mask dropout applied to a gradient of another length.
+    #[error("{op}: '{buffer}' has {len} elements but the forward bit mask covered {expected}")]
+    BitMaskElements {
+        /// The op that was called.
+        op: &'static str,
+        /// The gradient buffer.
+        buffer: String,
+        /// Its element count.
+        len: usize,
+        /// Elements of the forward call.
+        expected: usize,
+    },
+
     /// A kernel was asked to run on an element type it does not support.
     #[error("{op}: element type {dtype} is not supported; use f32, f16 or bf16")]
     UnsupportedDType {

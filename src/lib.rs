@@ -30,7 +30,8 @@ pub mod shape;
 pub mod units;
 
 pub use arena::{
-    Arena, ArenaOptions, ArenaStats, DropoutMask, Lease, LeaseOf, LeaseOps, Leases, Step, StepScope,
+    Arena, ArenaOptions, ArenaStats, DropoutBitMask, DropoutMask, Lease, LeaseOf, LeaseOps, Leases,
+    Step, StepScope,
 };
 pub use counting_alloc::{AllocCounts, CountingAllocator};
 pub use device::{Device, DeviceCounters, HostAccessible, HostDevice, Kernels, Region};

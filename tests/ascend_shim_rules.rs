@@ -389,9 +389,14 @@ fn the_ub_capacity_limits_the_real_kernels_exactly() {
                         let mut h = vec![f16::ONE; len];
                         lib.mul_scalar(entry, 2, &mut h, 2.0, &t)
                     }
-                    // Not in the list above (the u8 mask kernels have
-                    // their own tests).
-                    (Kernel::ApplyMaskU8 { .. }, _) => continue,
+                    // Not in the list above (the u8 and bit mask kernels
+                    // have their own tests below).
+                    (
+                        Kernel::ApplyMaskU8 { .. }
+                        | Kernel::DropoutBits { .. }
+                        | Kernel::ApplyBits { .. },
+                        _,
+                    ) => continue,
                 };
                 let report = lib.report();
                 if fits {
@@ -566,12 +571,14 @@ fn the_u8_and_bitmask_kernels_need_exactly_their_documented_ub() {
 }
 
 #[test]
-fn ub_footprint_counts_the_u8_mask_kernels_buffer_by_buffer() {
-    let bern = Kernel::Bernoulli {
-        p: 0.5,
-        rng: tensor_arena::ops::RngState::new(1),
-    };
-    let apply = Kernel::ApplyMaskU8 { scale: 2.0 };
+fn ub_footprint_counts_the_u8_and_bit_mask_kernels_buffer_by_buffer() {
+    let rng = tensor_arena::ops::RngState::new(1);
+    let bern = Kernel::Bernoulli { p: 0.5, rng };
+    let masks = [
+        ("ta_apply_mask_u8", Kernel::ApplyMaskU8 { scale: 2.0 }),
+        ("ta_dropout_bitmask", Kernel::DropoutBits { p: 0.5, rng }),
+        ("ta_apply_bitmask", Kernel::ApplyBits { scale: 2.0 }),
+    ];
     for t in [64u32, 1000, 4096] {
         assert_eq!(
             ub_footprint(&bern, DType::U8, t).unwrap(),
@@ -583,12 +590,15 @@ fn ub_footprint_counts_the_u8_mask_kernels_buffer_by_buffer() {
             (DType::F16, "f16"),
             (DType::BF16, "bf16"),
         ] {
-            let entry = format!("ta_apply_mask_u8_{name}");
-            assert_eq!(
-                ub_footprint(&apply, dtype, t).unwrap(),
-                unwired_footprint(&entry, u64::from(t)),
-                "{entry} at {t}"
-            );
+            for (prefix, kernel) in &masks {
+                let entry = format!("{prefix}_{name}");
+                assert_eq!(entry_point(kernel, dtype).unwrap(), entry);
+                assert_eq!(
+                    ub_footprint(kernel, dtype, t).unwrap(),
+                    unwired_footprint(&entry, u64::from(t)),
+                    "{entry} at {t}"
+                );
+            }
         }
     }
 }

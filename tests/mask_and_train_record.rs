@@ -19,6 +19,7 @@ mod record_train;
 mod train;
 
 use record_train::{Note, Source};
+use tensor_arena::ops::bit_mask_bytes;
 use tensor_arena::record::SpecLifetime;
 use tensor_arena::{CountingAllocator, DType, Plan, SpecSet};
 
@@ -102,6 +103,13 @@ fn a_plan_learned_from_recorded_steps_trains_like_the_hand_written_one() -> tens
             DType::U8,
         ),
         ("train", "h", vec![b * l, h], phases(0, 1), DType::F32),
+        (
+            "train",
+            "h.keep_bits",
+            vec![bit_mask_bytes(b * l * h)],
+            phases(0, 1),
+            DType::U8,
+        ),
         ("train", "dh", vec![b * l, h], phases(1, 1), DType::F32),
         ("train", "w1.grad", vec![f, h], phases(1, 2), DType::F32),
         ("train", "token_mask", vec![b * l], phases(0, 1), DType::F32),
@@ -128,13 +136,14 @@ fn a_plan_learned_from_recorded_steps_trains_like_the_hand_written_one() -> tens
         assert_eq!(e, Some((shape, lifetime, dtype)), "{mode} {name}");
     }
     assert!(specs.get_in(Some("eval"), "input_keep_mask").is_none());
+    assert!(specs.get_in(Some("eval"), "h.keep_bits").is_none());
     let plan = &plans[0];
     let text = plan.to_string();
     assert!(
         text.contains(&format!("recorded, {} steps", record as u64 + probe)),
         "{text}"
     );
-    assert!(text.contains("23 of 36 learned by recording"), "{text}");
+    assert!(text.contains("24 of 37 learned by recording"), "{text}");
 
     // The hand-written specs give a plan of the same size, and the same
     // training, bit for bit.

@@ -2,6 +2,7 @@
 //! measured with a counting global allocator.
 
 use ndarray::Ix2;
+use tensor_arena::ops::bit_mask_bytes;
 use tensor_arena::{Arena, CountingAllocator, Device, HostDevice, Planner};
 
 #[global_allocator]
@@ -17,6 +18,7 @@ fn steady_state_steps_allocate_nothing() -> tensor_arena::Result<()> {
     let h = p.span::<f32>("h", &[32, 64], fwd, bwd)?;
     let t = p.span::<f32>("t", &[32, 64], fwd, fwd)?;
     let g = p.span::<f32>("g", &[32, 64], bwd, bwd)?;
+    let bits = p.span::<u8>("h.keep_bits", &[bit_mask_bytes(32 * 64)], fwd, bwd)?;
     let dev = HostDevice::new();
     let mut arena = Arena::new(dev.clone(), p.plan()?)?;
 
@@ -45,6 +47,9 @@ fn steady_state_steps_allocate_nothing() -> tensor_arena::Result<()> {
             // The kernels allocate nothing either.
             let mask = h.dropout_(0.2)?;
             g.dropout_backward_(&mask)?;
+            let mut b = s.lease(bits)?.with_shape(&[bit_mask_bytes(batch * 64)])?;
+            let mask = h.dropout_with_bits_(0.2, &mut b)?;
+            g.dropout_backward_with_bits_(&mask, &b)?;
             g.mul_(&h)?;
             g.mul_scalar_(0.5)?;
             Ok(g.as_slice()[0])
@@ -61,7 +66,7 @@ fn steady_state_steps_allocate_nothing() -> tensor_arena::Result<()> {
     assert_eq!(heap.allocations, 0, "heap allocations in 100 steady steps");
     assert_eq!(dev.counters().alloc_calls - dev_before, 0);
     assert_eq!(arena.stats().steps, 101);
-    assert_eq!(arena.stats().total_leases, 101 * 5);
+    assert_eq!(arena.stats().total_leases, 101 * 6);
 
     // The counter does see allocations, so the zero above means something.
     let before = CountingAllocator::thread_counts();

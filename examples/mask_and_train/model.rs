@@ -8,7 +8,9 @@
 //!
 //! ```text
 //! x      [B*L, F]  tokens, input-masked (bernoulli_ into a u8 mask + apply_mask_)
-//! h      [B*L, H]  relu(x W1 + b1), then dropout_
+//! h      [B*L, H]  relu(x W1 + b1), then dropout_with_bits_: its keep
+//!                  decisions in h.keep_bits, one bit each ([B*L*H / 8] u8),
+//!                  which the backward applies (no random numbers there)
 //! pooled [B, H]    mean of h over each sample's real tokens
 //! logits [B, C]    pooled W2 + b2 -> softmax cross-entropy
 //! ```
@@ -17,8 +19,9 @@
 //! `eval` (forward only, no masking, no dropout, larger batches), whose
 //! step-scoped buffers share the slab's bytes.
 
+use tensor_arena::ops::bit_mask_bytes;
 use tensor_arena::{
-    Arena, Buffer, BufferSpec, DType, Device, DropoutMask, Element, Kernels, LeaseOf, LeaseOps,
+    Arena, Buffer, BufferSpec, DType, Device, DropoutBitMask, Element, Kernels, LeaseOf, LeaseOps,
     Lifetime, Mode, Phase, Planner, RecordStep, Recorder, Result, Step, StepScope,
 };
 
@@ -190,6 +193,7 @@ impl Net {
             BufferSpec::new("input_keep_mask", mask, &[rows, f]).lifetime(Lifetime::phase(fwd)),
         )?;
         planner.span::<f32>("h", &[rows, hd], fwd, bwd)?;
+        planner.span::<u8>("h.keep_bits", &[bit_mask_bytes(rows * hd)], fwd, bwd)?;
         planner.span::<f32>("pooled", &[b, hd], fwd, bwd)?;
         planner.span::<f32>("logits", &[b, c], fwd, fwd)?;
         planner.span::<f32>("probs", &[b, c], fwd, bwd)?;
@@ -460,6 +464,11 @@ impl Net {
             Some(_) => Some(s.temp::<f32>("onehot", &[b, c])?),
             None => None,
         };
+        // Dropout's keep decisions, one bit per element of h.
+        let mut keep_bits = match train {
+            Some(_) => Some(s.temp::<u8>("h.keep_bits", &[bit_mask_bytes(rows * hd)])?),
+            None => None,
+        };
         // Host data in: tokens, the padding mask, 1 / length, one-hot labels.
         be.upload(&mut x, |x| load_tokens(data, batch, x))?;
         be.upload(&mut tokmask, |m| token_mask(data, batch, m))?;
@@ -479,10 +488,14 @@ impl Net {
         let mut h = s.temp::<f32>("h", &[rows, hd])?;
         be.matmul(s, &x, false, &w1, false, &mut h)?;
         be.bias_relu(s, &mut h, &b1)?;
-        // Fused dropout: no mask buffer; backward regenerates it.
-        let mask = match train {
-            Some(hyper) => Some(h.dropout_(hyper.dropout)?),
-            None => None,
+        // Dropout that stores its keep decisions, one bit per element (64
+        // KiB here), so the backward is a pass bounded by memory bandwidth
+        // instead of a second run of the random stream; the same numbers as
+        // the regenerating `dropout_` / `dropout_backward_` pair, bit for
+        // bit (docs/kernels.md: which to choose).
+        let mask = match (train, keep_bits.as_mut()) {
+            (Some(hyper), Some(bits)) => Some(h.dropout_with_bits_(hyper.dropout, bits)?),
+            _ => None,
         };
         let mut pooled = s.temp::<f32>("pooled", &[b, hd])?;
         be.pool(s, &mut h, &tokmask, &inv_len, &mut pooled, l)?;
@@ -506,6 +519,7 @@ impl Net {
             onehot,
             w2,
             mask,
+            keep_bits,
         };
         Ok((fwd, stats))
     }
@@ -528,8 +542,9 @@ impl Net {
             onehot,
             w2,
             mask,
+            keep_bits,
         } = fwd;
-        let (Some(onehot), Some(mask)) = (onehot, mask) else {
+        let (Some(onehot), Some(mask), Some(keep_bits)) = (onehot, mask, keep_bits) else {
             return Err(tensor_arena::Error::InvalidArgument {
                 what: "forward",
                 value: "evaluation".to_owned(),
@@ -547,7 +562,7 @@ impl Net {
         be.matmul(s, &dlogits, false, &w2, true, &mut dpooled)?;
         let mut dh = s.temp::<f32>("dh", &[b * l, hd])?;
         be.unpool(s, &mut dpooled, &tokmask, &inv_len, &mut dh, l)?;
-        dh.dropout_backward_(&mask)?;
+        dh.dropout_backward_with_bits_(&mask, &keep_bits)?;
         let mut relu = s.temp::<f32>("relu_mask", &[b * l, hd])?;
         be.relu_mask(s, &h, &mut relu)?;
         dh.mul_(&relu)?;
@@ -582,8 +597,10 @@ struct Forward<'s, S: StepScope + 's> {
     /// One-hot labels (training only).
     onehot: Option<LeaseOf<'s, S, f32>>,
     w2: LeaseOf<'s, S, f32>,
-    /// The dropout mask (training only).
-    mask: Option<DropoutMask>,
+    /// What the dropout used (training only).
+    mask: Option<DropoutBitMask>,
+    /// Its keep decisions, one bit per element of `h` (training only).
+    keep_bits: Option<LeaseOf<'s, S, u8>>,
 }
 
 /// Copies the batch's tokens into `x` (`[B*L, F]`), zero past each length.

@@ -20,7 +20,7 @@ pub use crate::error::GuardViolation;
 pub use checked::{ArenaOptions, GUARD_BYTE, POISON_BYTE};
 pub use lease::Lease;
 pub use lease_book::{Ended, Granted, LeaseBook, LeaseToken, StepToken};
-pub use lease_kernels::DropoutMask;
+pub use lease_kernels::{DropoutBitMask, DropoutMask};
 pub use scope::{LeaseOf, LeaseOps, Leases, Planned, StepScope};
 pub use stats::ArenaStats;
 pub use step::Step;

@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 
 use ndarray::{ArrayView, ArrayViewMut, Dimension};
 
-use super::{DropoutMask, Lease, Step};
+use super::{DropoutBitMask, DropoutMask, Lease, Step};
 use crate::device::{Device, HostAccessible, Kernels};
 use crate::dtype::Element;
 use crate::error::Result;
@@ -177,6 +177,26 @@ pub trait LeaseOps<T: Element>: Sized {
     where
         T: Float,
         DeviceOf<Self::Family>: Kernels;
+    /// Dropout in place, its keep decisions stored in `bits`, one bit per
+    /// element.
+    fn dropout_with_bits_(
+        &mut self,
+        p: f32,
+        bits: &mut <Self::Family as Leases>::Lease<'_, u8>,
+    ) -> Result<DropoutBitMask>
+    where
+        T: Float,
+        DeviceOf<Self::Family>: Kernels;
+    /// The forward's keep decisions, read from `bits`, applied to a
+    /// gradient.
+    fn dropout_backward_with_bits_(
+        &mut self,
+        mask: &DropoutBitMask,
+        bits: &<Self::Family as Leases>::Lease<'_, u8>,
+    ) -> Result<()>
+    where
+        T: Float,
+        DeviceOf<Self::Family>: Kernels;
     /// `x = mask != 0 ? x * scale : 0`, the mask of `T` or `u8`.
     fn apply_mask_<M: MaskFor<T>>(
         &mut self,
@@ -301,6 +321,24 @@ impl<T: Element, D: Device> LeaseOps<T> for Lease<'_, T, D> {
         D: Kernels,
     {
         Lease::dropout_backward_(self, mask)
+    }
+    fn dropout_with_bits_(&mut self, p: f32, bits: &mut Lease<'_, u8, D>) -> Result<DropoutBitMask>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        Lease::dropout_with_bits_(self, p, bits)
+    }
+    fn dropout_backward_with_bits_(
+        &mut self,
+        mask: &DropoutBitMask,
+        bits: &Lease<'_, u8, D>,
+    ) -> Result<()>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        Lease::dropout_backward_with_bits_(self, mask, bits)
     }
     fn apply_mask_<M: MaskFor<T>>(&mut self, mask: &Lease<'_, M, D>, scale: f32) -> Result<()>
     where

@@ -6,7 +6,7 @@ use super::launch_checks::check_launch;
 use super::{Device, Kernels, Region, Slab};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::cpu_dispatch::{run, run_bytes};
+use crate::ops::cpu_dispatch::{run, run_bytes, run_writing_bits};
 use crate::ops::{Float, Kernel, Operand};
 use half::{bf16, f16};
 
@@ -52,26 +52,35 @@ impl HostDevice {
     ) -> Result<()> {
         let n = x.len / std::mem::size_of::<T>();
         let base = slab.base();
-        let masked = matches!(kernel, Kernel::ApplyMaskU8 { .. });
+        if let (true, Some(bits)) = (kernel.writes_operand(), other) {
+            self.run_writing_bits::<T>(slab, kernel, x, bits);
+            return Ok(());
+        }
+        let m = kernel.operand_len(n);
         // SAFETY: both regions lie inside the live slab and are 64-byte
         // aligned (checked above), which covers `T`'s alignment; `other`
-        // holds `n` elements of its type, `T` or (for a u8 mask) bytes
-        // (checked above). The slab holds initialised host memory and
-        // `T: Pod` and `u8` accept any bits. The two regions do not overlap
-        // (checked above), and the caller (a lease method) holds the leases
-        // of both buffers, the written one exclusively, so no other
-        // reference to these bytes is live.
+        // holds `kernel.operand_len(n)` elements of its type, `T` or (for
+        // u8 and bit masks) bytes (checked above). The slab holds
+        // initialised host memory and `T: Pod` and `u8` accept any bits.
+        // The two regions do not overlap (checked above), and the caller (a
+        // lease method) holds the leases of both buffers, the written one
+        // exclusively, so no other reference to these bytes is live.
         let (xs, operand) = unsafe {
             let xs = std::slice::from_raw_parts_mut(base.add(x.offset).cast::<T>(), n);
             let operand = match other {
                 None => Operand::None,
-                Some(o) if masked => {
-                    Operand::Mask(std::slice::from_raw_parts(base.add(o.offset), n))
-                }
-                Some(o) => Operand::Same(std::slice::from_raw_parts(
-                    base.add(o.offset).cast::<T>(),
-                    n,
-                )),
+                Some(o) => match kernel {
+                    Kernel::ApplyMaskU8 { .. } => {
+                        Operand::Mask(std::slice::from_raw_parts(base.add(o.offset), m))
+                    }
+                    Kernel::ApplyBits { .. } => {
+                        Operand::Bits(std::slice::from_raw_parts(base.add(o.offset), m))
+                    }
+                    _ => Operand::Same(std::slice::from_raw_parts(
+                        base.add(o.offset).cast::<T>(),
+                        m,
+                    )),
+                },
             };
             (xs, operand)
         };
@@ -79,6 +88,35 @@ impl HostDevice {
             run(kernel, xc, part_of(operand, pos, xc.len()), pos)
         });
         Ok(())
+    }
+
+    /// A kernel that writes its bit-mask operand as well as `x`
+    /// ([`Kernel::DropoutBits`]); chunks of `x` write their own bytes.
+    fn run_writing_bits<T: Float>(
+        &self,
+        slab: &HostSlab,
+        kernel: &Kernel,
+        x: Region,
+        bits: Region,
+    ) {
+        let n = x.len / std::mem::size_of::<T>();
+        let base = slab.base();
+        // SAFETY: as in `run_typed`: `x` holds `n` elements of `T` inside
+        // the live, initialised slab, aligned, not overlapping `bits`, and
+        // the caller holds its lease exclusively.
+        let xs = unsafe { std::slice::from_raw_parts_mut(base.add(x.offset).cast::<T>(), n) };
+        let bits = SendPtr(base.wrapping_add(bits.offset));
+        self.in_parts(xs, |xc, pos| {
+            let (first, end) = (pos / 8, (pos + xc.len()).div_ceil(8));
+            // SAFETY: `bits` holds `ceil(n / 8)` bytes inside the slab
+            // (checked by `check_launch`), and `first..end` lies within
+            // them. Parts start at multiples of CHUNK_ALIGN (64) elements,
+            // so each owns whole bytes and no two parts' ranges overlap;
+            // the caller holds the bit mask's lease exclusively, so no other
+            // reference to these bytes is live while the launch runs.
+            let b = unsafe { std::slice::from_raw_parts_mut(bits.get().add(first), end - first) };
+            run_writing_bits(kernel, xc, b, pos)
+        });
     }
 
     /// Bernoulli into a u8 mask (the only kernel that writes u8; others are
@@ -123,6 +161,8 @@ fn part_of<T>(o: Operand<'_, T>, pos: usize, len: usize) -> Operand<'_, T> {
         Operand::None => Operand::None,
         Operand::Same(v) => Operand::Same(&v[pos..pos + len]),
         Operand::Mask(m) => Operand::Mask(&m[pos..pos + len]),
+        // Parts start at multiples of 64 elements: whole bytes.
+        Operand::Bits(b) => Operand::Bits(&b[pos / 8..(pos + len).div_ceil(8)]),
     }
 }
 

@@ -49,10 +49,16 @@ pub(crate) fn check_launch(
     if let Some(o) = other {
         let odt = kernel.operand_dtype(dtype);
         check_region(o, odt)?;
-        if o.len / odt.size() != x.len / dtype.size() {
+        let n = x.len / dtype.size();
+        let needed = kernel.operand_len(n);
+        if o.len / odt.size() != needed {
+            let rule = if needed == n {
+                String::new()
+            } else {
+                format!(" (a bit mask: ceil({n} / 8) = {needed} bytes)")
+            };
             return Err(bad(format!(
-                "operand lengths differ: {} elements of {dtype} and {} of {odt}",
-                x.len / dtype.size(),
+                "operand lengths differ: {n} elements of {dtype} need {needed} of {odt}{rule}, got {}",
                 o.len / odt.size()
             )));
         }

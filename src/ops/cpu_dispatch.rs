@@ -28,6 +28,41 @@ pub(crate) fn run_bytes(kernel: &Kernel, x: &mut [u8], pos: usize) {
     kernel.run_bytes_with(random::portable, x, pos);
 }
 
+/// Runs one chunk of a kernel that writes a bit mask besides `x`
+/// ([`Kernel::DropoutBits`]) with the best code path the CPU supports.
+pub(crate) fn run_writing_bits<T: Float>(
+    kernel: &Kernel,
+    x: &mut [T],
+    bits: &mut [u8],
+    pos: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (detected just above), the only
+        // requirement of calling a function compiled for it.
+        unsafe { run_writing_bits_avx2(kernel, x, bits, pos) };
+        return;
+    }
+    kernel.run_writing_bits_with(random::portable, x, bits, pos);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn run_writing_bits_avx2<T: Float>(kernel: &Kernel, x: &mut [T], bits: &mut [u8], pos: usize) {
+    use crate::ops::philox_avx2::{prepare, tile};
+    kernel.run_writing_bits_with(
+        #[inline(always)]
+        |key| {
+            let ks = prepare(key);
+            #[inline(always)]
+            move |first| tile(&ks, first)
+        },
+        x,
+        bits,
+        pos,
+    );
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn run_bytes_avx2(kernel: &Kernel, x: &mut [u8], pos: usize) {

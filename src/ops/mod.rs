@@ -1,5 +1,5 @@
 //! In-place kernels: Philox bernoulli fill, masked scale, multiply, and
-//! fused dropout. This module is the reference every device backend is
+//! dropout, fused or with a 1-bit mask. This module is the reference every device backend is
 //! checked against bit for bit.
 //!
 //! Semantics (for `f32`; `f16` and `bf16` are widened to f32, computed, and
@@ -16,7 +16,18 @@
 //!   `x = u < q ? x * scale : 0` — exactly `bernoulli(q)` into a mask
 //!   followed by `apply_mask(mask, scale)`, in one pass and with no mask
 //!   buffer. The backward pass is the same kernel on the gradient with the
-//!   same `(seed, offset)`, which regenerates the mask.
+//!   same `(seed, offset)`, which regenerates the mask;
+//! - `dropout_bits(p)`: `x` exactly as `dropout(p)` leaves it, and the keep
+//!   decisions stored one bit per element in a second buffer of
+//!   [`bit_mask_bytes`]`(n)` bytes (bit `e % 8` of byte `e / 8` is element
+//!   `e`, 1 = kept; the host writes the bits past the last element as 0,
+//!   devices leave them unspecified and no kernel reads them);
+//!   `apply_bits(scale)`: `x = bit ? x * scale : 0`, its backward with
+//!   `scale = 1 / (1 - p)`: the regenerating backward's bits, from memory
+//!   instead of the random stream. The default for training where the
+//!   n / 8 bytes fit (on an NPU the backward is then bounded by memory
+//!   bandwidth, not by Philox); the fused pair where they do not
+//!   (`docs/kernels.md`).
 //!
 //! Element `i` of a call reads stream element `offset + i` only, so results
 //! are identical however the work is split into chunks or threads.
@@ -89,6 +100,25 @@ pub enum Kernel {
         /// Stream position of element 0.
         rng: RngState,
     },
+    /// [`Kernel::Dropout`]'s forward that also writes its keep decisions
+    /// into the second operand, a `u8` bit mask of
+    /// [`bit_mask_bytes`]`(n)` bytes: bit `e % 8` of byte `e / 8` is 1 where
+    /// element `e` was kept. `x` gets exactly the fused kernel's bits. The
+    /// host writes the bits past the last element as 0; devices leave them
+    /// unspecified.
+    DropoutBits {
+        /// Probability of dropping an element.
+        p: f32,
+        /// Stream position of element 0.
+        rng: RngState,
+    },
+    /// `x = bit ? x * scale : 0`, reading the bit mask
+    /// [`Kernel::DropoutBits`] wrote (the second operand, read only):
+    /// dropout's backward with `scale = 1 / (1 - p)`, no random numbers.
+    ApplyBits {
+        /// Factor for kept elements.
+        scale: f32,
+    },
 }
 
 impl Kernel {
@@ -100,23 +130,59 @@ impl Kernel {
             Kernel::Mul => "mul_",
             Kernel::MulScalar { .. } => "mul_scalar_",
             Kernel::Dropout { .. } => "dropout_",
+            Kernel::DropoutBits { .. } => "dropout_with_bits_",
+            Kernel::ApplyBits { .. } => "apply_bits_",
         }
     }
 
-    /// Whether the kernel reads a second operand of the same element count.
+    /// Whether the kernel takes a second operand (of
+    /// [`operand_len`](Kernel::operand_len) elements of
+    /// [`operand_dtype`](Kernel::operand_dtype)).
     pub fn has_operand(&self) -> bool {
         matches!(
             self,
-            Kernel::ApplyMask { .. } | Kernel::ApplyMaskU8 { .. } | Kernel::Mul
+            Kernel::ApplyMask { .. }
+                | Kernel::ApplyMaskU8 { .. }
+                | Kernel::Mul
+                | Kernel::DropoutBits { .. }
+                | Kernel::ApplyBits { .. }
         )
     }
 
+    /// Whether the kernel writes its second operand ([`Kernel::DropoutBits`]
+    /// writes its bit mask); the others only read it.
+    pub fn writes_operand(&self) -> bool {
+        matches!(self, Kernel::DropoutBits { .. })
+    }
+
     /// The element type of the second operand when `x` holds `dtype`:
-    /// `u8` for [`Kernel::ApplyMaskU8`], `dtype` otherwise.
+    /// `u8` for the byte and bit masks ([`Kernel::ApplyMaskU8`],
+    /// [`Kernel::DropoutBits`], [`Kernel::ApplyBits`]), `dtype` otherwise.
     pub fn operand_dtype(&self, dtype: DType) -> DType {
         match self {
-            Kernel::ApplyMaskU8 { .. } => DType::U8,
+            Kernel::ApplyMaskU8 { .. } | Kernel::DropoutBits { .. } | Kernel::ApplyBits { .. } => {
+                DType::U8
+            }
             _ => dtype,
+        }
+    }
+
+    /// Elements (of [`operand_dtype`](Kernel::operand_dtype)) the second
+    /// operand holds for a call on `elements` elements of `x`: one bit
+    /// each, [`bit_mask_bytes`]`(elements)` bytes, for the bit masks; one
+    /// element each otherwise.
+    ///
+    /// ```
+    /// use tensor_arena::ops::{Kernel, RngState};
+    /// let bits = Kernel::DropoutBits { p: 0.1, rng: RngState::new(1) };
+    /// assert_eq!(bits.operand_len(1000), 125);
+    /// assert_eq!(bits.operand_len(1001), 126);
+    /// assert_eq!(Kernel::Mul.operand_len(1001), 1001);
+    /// ```
+    pub fn operand_len(&self, elements: usize) -> usize {
+        match self {
+            Kernel::DropoutBits { .. } | Kernel::ApplyBits { .. } => bit_mask_bytes(elements),
+            _ => elements,
         }
     }
 
@@ -134,7 +200,9 @@ impl Kernel {
     /// Checks the kernel's parameters (probabilities in `[0, 1]`, not NaN).
     pub fn validate(&self) -> Result<()> {
         match *self {
-            Kernel::Bernoulli { p, .. } | Kernel::Dropout { p, .. }
+            Kernel::Bernoulli { p, .. }
+            | Kernel::Dropout { p, .. }
+            | Kernel::DropoutBits { p, .. }
                 if !(0.0..=1.0).contains(&p) =>
             {
                 Err(Error::InvalidProbability { op: self.name(), p })
@@ -149,7 +217,10 @@ impl Kernel {
     /// elements. Parameters must have been validated; `other` must be as
     /// long as `x` (extra elements are ignored, missing ones leave `x`
     /// unchanged there; [`Kernel::ApplyMaskU8`] takes its mask through
-    /// [`run_chunk_masked`](Kernel::run_chunk_masked)).
+    /// [`run_chunk_masked`](Kernel::run_chunk_masked), the bit-mask kernels
+    /// theirs through [`run_chunk_bits`](Kernel::run_chunk_bits) and
+    /// [`run_chunk_writing_bits`](Kernel::run_chunk_writing_bits); here
+    /// [`Kernel::DropoutBits`] updates `x` only).
     #[inline(always)]
     pub fn run_chunk<T: Float>(&self, x: &mut [T], other: Option<&[T]>, pos: usize) {
         let other = other.map_or(Operand::None, Operand::Same);
@@ -161,6 +232,55 @@ impl Kernel {
     #[inline(always)]
     pub fn run_chunk_masked<T: Float>(&self, x: &mut [T], mask: &[u8], pos: usize) {
         self.run_chunk_with(random::portable, x, Operand::Mask(mask), pos);
+    }
+
+    /// [`Kernel::run_chunk`] of [`Kernel::ApplyBits`]: `bits` holds the
+    /// chunk's bit mask from its first element (bit 0 of `bits[0]` is
+    /// `x[0]`, so a chunk of a larger call starts at a multiple of 8
+    /// elements), [`bit_mask_bytes`]`(x.len())` bytes; elements past the
+    /// bits it has are left unchanged. Other kernels run as with no operand.
+    #[inline(always)]
+    pub fn run_chunk_bits<T: Float>(&self, x: &mut [T], bits: &[u8], pos: usize) {
+        self.run_chunk_with(random::portable, x, Operand::Bits(bits), pos);
+    }
+
+    /// [`Kernel::run_chunk`] of [`Kernel::DropoutBits`]: `x` as
+    /// [`Kernel::Dropout`] leaves it, and its keep bits written into `bits`,
+    /// laid out as for [`run_chunk_bits`](Kernel::run_chunk_bits) (bits
+    /// past the chunk's last element 0). Other kernels run as
+    /// [`run_chunk_bits`](Kernel::run_chunk_bits).
+    #[inline(always)]
+    pub fn run_chunk_writing_bits<T: Float>(&self, x: &mut [T], bits: &mut [u8], pos: usize) {
+        self.run_writing_bits_with(random::portable, x, bits, pos);
+    }
+
+    /// [`Kernel::run_chunk_writing_bits`] with the Philox tiles made by
+    /// `tile`.
+    #[inline(always)]
+    pub(crate) fn run_writing_bits_with<T: Float>(
+        &self,
+        tile: impl random::TileFn,
+        x: &mut [T],
+        bits: &mut [u8],
+        pos: usize,
+    ) {
+        let Kernel::DropoutBits { p, rng } = *self else {
+            return self.run_chunk_with(tile, x, Operand::Bits(bits), pos);
+        };
+        let q = 1.0 - p;
+        let (t, scale) = (random::threshold(q), 1.0 / q);
+        // Only as far as the bits go, as for the other operands.
+        let n = x.len().min(bits.len().saturating_mul(8));
+        T::map_f32(
+            &mut x[..n],
+            #[inline(always)]
+            |buf, off| {
+                // Pieces start at multiples of 8 elements (map_f32's tiles).
+                let b = &mut bits[off / 8..(off + buf.len()).div_ceil(8)];
+                let start = rng.offset.wrapping_add((pos + off) as u64);
+                random::dropout_bits_f32(tile, buf, b, t, scale, rng.seed, start);
+            },
+        );
     }
 
     /// [`Kernel::run_chunk`] into a `u8` buffer: [`Kernel::Bernoulli`]
@@ -210,7 +330,7 @@ impl Kernel {
                     },
                 );
             }
-            Kernel::Dropout { p, rng } => {
+            Kernel::Dropout { p, rng } | Kernel::DropoutBits { p, rng } => {
                 let q = 1.0 - p;
                 let (t, scale) = (random::threshold(q), 1.0 / q);
                 T::map_f32(
@@ -243,6 +363,19 @@ impl Kernel {
                     |a, off| elementwise::apply_mask_u8_f32(a, &mask[off..off + a.len()], scale),
                 );
             }
+            Kernel::ApplyBits { scale } => {
+                let bits = match operand {
+                    Operand::Bits(b) => b,
+                    _ => &[],
+                };
+                let n = x.len().min(bits.len().saturating_mul(8));
+                T::map_f32(
+                    &mut x[..n],
+                    // Pieces start at multiples of 8 elements (map_f32's tiles).
+                    #[inline(always)]
+                    |a, off| elementwise::apply_bits_f32(a, &bits[off / 8..], scale),
+                );
+            }
             Kernel::Mul => T::zip_map_f32(x, other, elementwise::mul_f32),
             Kernel::MulScalar { s } => T::map_f32(
                 x,
@@ -262,6 +395,8 @@ pub(crate) enum Operand<'a, T> {
     Same(&'a [T]),
     /// A u8 mask.
     Mask(&'a [u8]),
+    /// A bit mask, read: one bit per element.
+    Bits(&'a [u8]),
 }
 
 fn check_lengths(op: &'static str, x: usize, other: usize) -> Result<()> {
@@ -309,6 +444,88 @@ pub fn dropout<T: Float>(x: &mut [T], p: f32, rng: RngState) -> Result<()> {
     let k = Kernel::Dropout { p, rng };
     k.validate()?;
     run(k, x, None);
+    Ok(())
+}
+
+/// Bytes of a bit mask for `elements` elements: `ceil(elements / 8)`, one
+/// bit each. The size of the buffer
+/// [`dropout_with_bits_`](crate::Lease::dropout_with_bits_) writes, for a
+/// planner's spec or a recorder's request.
+///
+/// ```
+/// use tensor_arena::ops::bit_mask_bytes;
+/// assert_eq!(bit_mask_bytes(4096 * 128), 65_536); // 512 KiB less than a u8 mask
+/// assert_eq!((bit_mask_bytes(0), bit_mask_bytes(1), bit_mask_bytes(9)), (0, 1, 2));
+/// ```
+pub const fn bit_mask_bytes(elements: usize) -> usize {
+    elements.div_ceil(8)
+}
+
+/// Checks that the `bytes`-byte buffer `mask` is the bit mask of the
+/// `elements` elements of `buffer`.
+pub(crate) fn check_bit_mask(
+    op: &'static str,
+    buffer: &str,
+    elements: usize,
+    mask: &str,
+    bytes: usize,
+) -> Result<()> {
+    let needed = bit_mask_bytes(elements);
+    if bytes != needed {
+        return Err(Error::BitMaskBytes {
+            op,
+            buffer: buffer.to_owned(),
+            elements,
+            mask: mask.to_owned(),
+            bytes,
+            needed,
+        });
+    }
+    Ok(())
+}
+
+fn check_bits(op: &'static str, elements: usize, bits: usize) -> Result<()> {
+    check_bit_mask(op, "x", elements, "bits", bits)
+}
+
+/// Dropout of `x` in place, as [`dropout`] computes it (the same stream
+/// elements, keep rule and scale, so the same bits), that also stores the
+/// keep decisions in `bits`, one bit per element
+/// ([`bit_mask_bytes`]`(x.len())` bytes; bit `e % 8` of byte `e / 8` is 1
+/// where element `e` was kept; the bits past the last element are written
+/// as 0). [`apply_bits`] with `1 / (1 - p)` is its backward.
+///
+/// ```
+/// use tensor_arena::ops::{self, RngState};
+/// let rng = RngState::new(9);
+/// let (mut fused, mut split) = (vec![1f32; 20], vec![1f32; 20]);
+/// ops::dropout(&mut fused, 0.5, rng)?;
+/// let mut bits = [0u8; ops::bit_mask_bytes(20)];
+/// ops::dropout_bits(&mut split, &mut bits, 0.5, rng)?;
+/// assert_eq!(fused, split);
+/// for (e, v) in split.iter().enumerate() {
+///     assert_eq!(*v != 0.0, bits[e / 8] >> (e % 8) & 1 == 1);
+/// }
+/// // The backward: a gradient through the same mask, no random numbers.
+/// let mut grad = vec![3f32; 20];
+/// ops::apply_bits(&mut grad, &bits, 1.0 / (1.0 - 0.5))?;
+/// assert!(grad.iter().zip(&split).all(|(g, y)| (*g == 0.0) == (*y == 0.0)));
+/// # Ok::<(), tensor_arena::Error>(())
+/// ```
+pub fn dropout_bits<T: Float>(x: &mut [T], bits: &mut [u8], p: f32, rng: RngState) -> Result<()> {
+    let k = Kernel::DropoutBits { p, rng };
+    k.validate()?;
+    check_bits(k.name(), x.len(), bits.len())?;
+    crate::ops::cpu_dispatch::run_writing_bits(&k, x, bits, 0);
+    Ok(())
+}
+
+/// `x = bit ? x * scale : 0`, with the bit mask [`dropout_bits`] wrote
+/// ([`bit_mask_bytes`]`(x.len())` bytes).
+pub fn apply_bits<T: Float>(x: &mut [T], bits: &[u8], scale: f32) -> Result<()> {
+    let k = Kernel::ApplyBits { scale };
+    check_bits(k.name(), x.len(), bits.len())?;
+    crate::ops::cpu_dispatch::run(&k, x, Operand::Bits(bits), 0);
     Ok(())
 }
 
@@ -492,6 +709,79 @@ mod tests {
         apply_mask(&mut x, &[0u8, 255, 1], 3.0).unwrap();
         assert_eq!(x, [0.0, 6.0, 6.0]);
         assert!(apply_mask(&mut x, &[1u8; 2], 1.0).is_err());
+    }
+
+    #[test]
+    fn bit_masks_are_the_fused_dropout_on_every_path() {
+        // The dispatched path (AVX2 where the CPU has it), the portable one
+        // chunk by chunk, and the definition element by element.
+        for (seed, offset, len) in [
+            (3u64, 0u64, 1usize),
+            (3, 4, 7),
+            (4, 8, 9),
+            (5, 13, 65),
+            (6, (1 << 34) - 40, 1000),
+            (7, u64::MAX - 100, 1000),
+        ] {
+            let rng = RngState { seed, offset };
+            let x: Vec<f32> = (0..len).map(|i| i as f32 - 20.5).collect();
+            let mut fused = x.clone();
+            dropout(&mut fused, 0.3, rng).unwrap();
+            let mut fast = x.clone();
+            let mut bits = vec![0xFFu8; bit_mask_bytes(len)];
+            dropout_bits(&mut fast, &mut bits, 0.3, rng).unwrap();
+            assert_eq!(fast, fused, "seed {seed} offset {offset}");
+            let k = Kernel::DropoutBits { p: 0.3, rng };
+            let (mut slow, mut slow_bits) = (x.clone(), vec![0xFFu8; bits.len()]);
+            for (c, (xc, bc)) in slow.chunks_mut(64).zip(slow_bits.chunks_mut(8)).enumerate() {
+                k.run_chunk_writing_bits(xc, bc, 64 * c);
+            }
+            assert_eq!((&slow, &slow_bits), (&fused, &bits));
+            for (e, &v) in fused.iter().enumerate() {
+                let w = philox::stream_word(seed, offset.wrapping_add(e as u64));
+                let kept = (w >> 8) as f32 * (1.0 / 16_777_216.0) < 0.7;
+                assert_eq!(bits[e / 8] >> (e % 8) & 1 == 1, kept, "element {e}");
+                assert_eq!(v == 0.0, !kept || x[e] == 0.0);
+            }
+            // Bits past the last element are 0 on the host.
+            if len % 8 != 0 {
+                assert_eq!(bits[len / 8] >> (len % 8), 0);
+            }
+            let g: Vec<f32> = (0..len).map(|i| 1.5 - i as f32).collect();
+            let (mut regen, mut applied) = (g.clone(), g.clone());
+            dropout(&mut regen, 0.3, rng).unwrap();
+            apply_bits(&mut applied, &bits, 1.0 / (1.0 - 0.3)).unwrap();
+            assert_eq!(regen, applied);
+            let mut portable = g.clone();
+            Kernel::ApplyBits {
+                scale: 1.0 / (1.0 - 0.3),
+            }
+            .run_chunk_bits(&mut portable, &bits, 0);
+            assert_eq!(portable, regen);
+        }
+    }
+
+    #[test]
+    fn bit_mask_lengths_are_checked() {
+        let mut x = [1f32; 9];
+        let rng = RngState::new(1);
+        for wrong in [1usize, 3] {
+            let mut bits = vec![0u8; wrong];
+            let e = dropout_bits(&mut x, &mut bits, 0.5, rng).unwrap_err();
+            assert!(
+                matches!(e, Error::BitMaskBytes { elements: 9, bytes, needed: 2, .. } if bytes == wrong),
+                "{e}"
+            );
+            assert!(apply_bits(&mut x, &bits, 2.0).is_err());
+        }
+        let mut bits = [0u8; 2];
+        assert!(matches!(
+            dropout_bits(&mut x, &mut bits, 1.5, rng),
+            Err(Error::InvalidProbability { .. })
+        ));
+        assert_eq!(x, [1.0; 9], "nothing ran");
+        let mut empty: [f32; 0] = [];
+        dropout_bits(&mut empty, &mut [], 0.5, rng).unwrap();
     }
 
     #[test]

@@ -120,6 +120,48 @@ pub(crate) fn dropout_f32(
     );
 }
 
+/// Elements the bit-mask dropout draws from the stream at a time: whole
+/// mask bytes, a few Philox tiles.
+const BIT_GROUP: usize = 256;
+
+/// [`dropout_f32`], also writing the keep decisions into `bits`, one bit
+/// per element (bit `i % 8` of byte `i / 8`; bits past `x`'s last element
+/// 0). `bits` holds `ceil(x.len() / 8)` bytes; a shorter one stops the work
+/// where it ends.
+#[inline(always)]
+pub(crate) fn dropout_bits_f32(
+    tile: impl TileFn,
+    x: &mut [f32],
+    bits: &mut [u8],
+    t: u32,
+    scale: f32,
+    seed: u64,
+    start: u64,
+) {
+    let mut words = [0u32; BIT_GROUP];
+    let groups = x.chunks_mut(BIT_GROUP).zip(bits.chunks_mut(BIT_GROUP / 8));
+    for (k, (xs, bs)) in groups.enumerate() {
+        let first = start.wrapping_add((k * BIT_GROUP) as u64);
+        for_each_tile(
+            tile,
+            seed,
+            first,
+            xs.len(),
+            #[inline(always)]
+            |pos, w| words[pos..pos + w.len()].copy_from_slice(w),
+        );
+        for ((xe, we), b) in xs.chunks_mut(8).zip(words.chunks(8)).zip(bs) {
+            let mut byte = 0u8;
+            for (j, (v, &w)) in xe.iter_mut().zip(we).enumerate() {
+                let keep = (w >> 8) < t;
+                *v = if keep { *v * scale } else { 0.0 };
+                byte |= u8::from(keep) << j;
+            }
+            *b = byte;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::philox::stream_word;

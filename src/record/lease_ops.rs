@@ -7,7 +7,7 @@ use ndarray::{ArrayView, ArrayViewMut, Dimension};
 
 use super::lease::{Inner, Pooled, SiteLease};
 use super::step::Recorded;
-use crate::arena::{DropoutMask, LeaseOps};
+use crate::arena::{DropoutBitMask, DropoutMask, LeaseOps};
 use crate::device::{Device, HostAccessible, Kernels};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
@@ -76,6 +76,67 @@ impl<T: Float, D: Kernels> SiteLease<'_, T, D> {
                 }
                 ops::dropout(x.slice_mut(), mask.p, mask.rng)
             }
+        }
+    }
+
+    /// Dropout in place with its keep decisions stored in `bits`, one bit
+    /// per element; as
+    /// [`Lease::dropout_with_bits_`](crate::Lease::dropout_with_bits_).
+    ///
+    /// ```
+    /// use tensor_arena::ops::bit_mask_bytes;
+    /// use tensor_arena::{HostDevice, record::Recorder};
+    /// let mut rec = Recorder::new(HostDevice::new());
+    /// rec.set_seed(5);
+    /// rec.step(|s| {
+    ///     let mut h = s.temp::<f32>("h", &[100])?;
+    ///     h.as_mut_slice().fill(1.0);
+    ///     // 100 elements: 13 bytes of bits, learned like any temporary.
+    ///     let mut bits = s.temp::<u8>("h.keep_bits", &[bit_mask_bytes(100)])?;
+    ///     let mask = h.dropout_with_bits_(0.5, &mut bits)?;
+    ///     let mut dh = s.temp::<f32>("dh", &[100])?;
+    ///     dh.as_mut_slice().fill(1.0);
+    ///     dh.dropout_backward_with_bits_(&mask, &bits)?;
+    ///     assert_eq!(h.as_slice(), dh.as_slice());
+    ///     Ok::<_, tensor_arena::Error>(())
+    /// })?;
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn dropout_with_bits_(
+        &mut self,
+        p: f32,
+        bits: &mut SiteLease<'_, u8, D>,
+    ) -> Result<DropoutBitMask> {
+        let op = "dropout_with_bits_";
+        match (&mut self.inner, &mut bits.inner) {
+            (Inner::Planned(x), Inner::Planned(b)) => x.dropout_with_bits_(p, b),
+            (Inner::Pooled(x), Inner::Pooled(b)) => {
+                check_bits(op, x, x.len, b)?;
+                let out = b.slice_mut();
+                let rng = x.random(|s, rng| ops::dropout_bits(s, out, p, rng))?;
+                Ok(DropoutBitMask { p, rng, len: x.len })
+            }
+            _ => Err(self.mixed(op, bits)),
+        }
+    }
+
+    /// The forward's keep decisions, read from `bits`, applied to this
+    /// gradient; as
+    /// [`Lease::dropout_backward_with_bits_`](crate::Lease::dropout_backward_with_bits_).
+    pub fn dropout_backward_with_bits_(
+        &mut self,
+        mask: &DropoutBitMask,
+        bits: &SiteLease<'_, u8, D>,
+    ) -> Result<()> {
+        let op = "dropout_backward_with_bits_";
+        match (&mut self.inner, &bits.inner) {
+            (Inner::Planned(x), Inner::Planned(b)) => x.dropout_backward_with_bits_(mask, b),
+            (Inner::Pooled(x), Inner::Pooled(b)) => {
+                mask.check_gradient(op, &x.name, x.len)?;
+                check_bits(op, x, mask.len, b)?;
+                ops::apply_bits(x.slice_mut(), b.slice(), mask.scale())
+            }
+            _ => Err(self.mixed(op, bits)),
         }
     }
 
@@ -160,6 +221,24 @@ fn check_operand<T: Element, U: Element>(
     Ok(())
 }
 
+/// `bits` comes from the same recorder as `x` and holds the bit mask of
+/// `elements` elements.
+fn check_bits<T: Element>(
+    op: &'static str,
+    x: &Pooled<'_, T>,
+    elements: usize,
+    bits: &Pooled<'_, u8>,
+) -> Result<()> {
+    if !std::ptr::eq(x.shared, bits.shared) {
+        return Err(Error::ArenaMismatch {
+            op,
+            buffer: x.name.to_string(),
+            other: bits.name.to_string(),
+        });
+    }
+    ops::check_bit_mask(op, &x.name, elements, &bits.name, bits.len)
+}
+
 impl<T: Element, D: Device> LeaseOps<T> for SiteLease<'_, T, D> {
     type Family = Recorded<D>;
 
@@ -228,6 +307,28 @@ impl<T: Element, D: Device> LeaseOps<T> for SiteLease<'_, T, D> {
         D: Kernels,
     {
         SiteLease::dropout_backward_(self, mask)
+    }
+    fn dropout_with_bits_(
+        &mut self,
+        p: f32,
+        bits: &mut SiteLease<'_, u8, D>,
+    ) -> Result<DropoutBitMask>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        SiteLease::dropout_with_bits_(self, p, bits)
+    }
+    fn dropout_backward_with_bits_(
+        &mut self,
+        mask: &DropoutBitMask,
+        bits: &SiteLease<'_, u8, D>,
+    ) -> Result<()>
+    where
+        T: Float,
+        D: Kernels,
+    {
+        SiteLease::dropout_backward_with_bits_(self, mask, bits)
     }
     fn apply_mask_<M: MaskFor<T>>(&mut self, mask: &SiteLease<'_, M, D>, scale: f32) -> Result<()>
     where

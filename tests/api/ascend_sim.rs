@@ -11,11 +11,13 @@
 //! resolution, executor lifetimes and reuse, memory (headroom, page
 //! rounding, shared devices, memory attributes), launches (the probe,
 //! unregistered kernel libraries, launch buffers) and the simulation's own
-//! rules (f16/bf16 operators, the error-message stack, named codes).
+//! rules (f16/bf16 operators, the error-message stack, named codes); the
+//! bit-mask dropout against the host in `tests/api/ascend_sim/bit_masks.rs`.
 //!
 //! Needs a C++ compiler at build time (see build.rs); nothing here has run
 //! on an NPU.
 
+mod bit_masks;
 mod executors;
 mod fidelity;
 mod launches;

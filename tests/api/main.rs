@@ -35,6 +35,7 @@ mod architecture;
 mod arena;
 mod ascend_faults;
 mod ascend_sim;
+mod bit_masks;
 mod checked;
 mod cli;
 mod fuzz_specs;

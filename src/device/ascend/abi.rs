@@ -13,7 +13,8 @@
 //! | kernel | args after `stream` |
 //! |---|---|
 //! | bernoulli, dropout, dropout backward | `void *x, float p, uint64_t seed, uint64_t offset, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
-//! | apply_mask (a mask of `x`'s type, or a u8 mask: `ta_apply_mask_u8_*`) | `void *x, void *mask, float scale, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
+//! | bit-mask dropout forward (`ta_dropout_bitmask_*`) | `void *x, void *bits, float p, uint64_t seed, uint64_t offset, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
+//! | apply_mask (a mask of `x`'s type, or a u8 mask: `ta_apply_mask_u8_*`; a bit mask: `ta_apply_bitmask_*`) | `void *x, void *mask, float scale, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
 //! | mul | `void *x, void *y, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
 //! | mul_scalar | `void *x, float s, uint64_t totalLength, uint64_t blockLength, uint32_t tileLength` |
 //!
@@ -62,7 +63,9 @@ pub const UB_BYTES_910B: u64 = 184 * 1024;
 /// Name of the kernel's entry point for `dtype`, the element type of `x`
 /// (without [`LAUNCH_PREFIX`]); for [`Kernel::Dropout`] the forward pass.
 /// The u8 masks: [`Kernel::Bernoulli`] on `u8` is `ta_bernoulli_u8`, and
-/// [`Kernel::ApplyMaskU8`] on a float type `ta_apply_mask_u8_<type>`.
+/// [`Kernel::ApplyMaskU8`] on a float type `ta_apply_mask_u8_<type>`; the
+/// bit masks: [`Kernel::DropoutBits`] is `ta_dropout_bitmask_<type>`,
+/// [`Kernel::ApplyBits`] `ta_apply_bitmask_<type>`.
 ///
 /// ```
 /// use tensor_arena::device::ascend::abi::entry_point;
@@ -93,6 +96,8 @@ pub fn entry_point(kernel: &Kernel, dtype: DType) -> Result<&'static str> {
             "ta_mul_scalar_bf16",
         ],
         Kernel::ApplyMaskU8 { .. } => APPLY_MASK_U8,
+        Kernel::DropoutBits { .. } => DROPOUT_BITMASK,
+        Kernel::ApplyBits { .. } => APPLY_BITMASK,
     };
     Ok(names[dtype_index(kernel.name(), dtype)?])
 }
@@ -107,6 +112,24 @@ pub const APPLY_MASK_U8: [&str; 3] = [
     "ta_apply_mask_u8_f32",
     "ta_apply_mask_u8_f16",
     "ta_apply_mask_u8_bf16",
+];
+
+/// Entry points of the bit-mask dropout forward for f32, f16 and bf16: `x`
+/// as `ta_dropout_<type>` leaves it, and bit `e % 8` of byte `e / 8` of
+/// `bits` set where element `e` was kept (`ceil(totalLength / 8)` bytes;
+/// the bits past the last element unspecified).
+pub const DROPOUT_BITMASK: [&str; 3] = [
+    "ta_dropout_bitmask_f32",
+    "ta_dropout_bitmask_f16",
+    "ta_dropout_bitmask_bf16",
+];
+
+/// Entry points of the bit-mask apply for f32, f16 and bf16 (`x = bit ? x *
+/// scale : 0`), the bit-mask dropout's backward.
+pub const APPLY_BITMASK: [&str; 3] = [
+    "ta_apply_bitmask_f32",
+    "ta_apply_bitmask_f16",
+    "ta_apply_bitmask_bf16",
 ];
 
 /// Name of the dropout backward entry point for `dtype`: the forward kernel
@@ -267,6 +290,11 @@ pub fn ub_footprint(kernel: &Kernel, dtype: DType, tile_length: u32) -> Result<u
             let m = t.div_ceil(128) * 128;
             4 * tile + 4 * m + (m / 8).div_ceil(32) * 32 + widened(1)
         }
+        // in and out queues, the bit queue (one uint32 word per 32
+        // elements, as the generator makes them), Philox, widened x
+        Kernel::DropoutBits { .. } => 4 * tile + 2 * lanes * 4 + philox + widened(1),
+        // x, bit and out queues, widened x
+        Kernel::ApplyBits { .. } => 4 * tile + 2 * mask + widened(1),
     };
     Ok(bytes)
 }
@@ -285,6 +313,26 @@ mod tests {
             Kernel::Mul,
             Kernel::MulScalar { s: 2.0 },
         ]
+    }
+
+    #[test]
+    fn bit_mask_entry_points_and_footprints() {
+        let kernels = [
+            Kernel::DropoutBits {
+                p: 0.5,
+                rng: RngState::new(1),
+            },
+            Kernel::ApplyBits { scale: 2.0 },
+        ];
+        for (k, names) in kernels.iter().zip([DROPOUT_BITMASK, APPLY_BITMASK]) {
+            for (d, name) in [DType::F32, DType::F16, DType::BF16].into_iter().zip(names) {
+                assert_eq!(entry_point(k, d).unwrap(), name);
+                let bytes = ub_footprint(k, d, DEFAULT_TILE_LENGTH).unwrap();
+                assert!(bytes <= UB_BYTES_910B, "{name}: {bytes}");
+            }
+            assert!(entry_point(k, DType::U8).is_err());
+            assert!(ub_footprint(k, DType::U8, 64).is_err());
+        }
     }
 
     #[test]

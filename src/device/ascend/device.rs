@@ -600,9 +600,11 @@ impl Kernels for AscendDevice {
             slab.base.wrapping_add(o.offset).cast::<c_void>()
         });
         // SAFETY: `check_launch` put both regions inside the slab's live
-        // allocation, 64-byte aligned, of `n` elements each and not
-        // overlapping; the kernel's parameters are validated and `dtype`
-        // has kernels; the stream is this device's.
+        // allocation, 64-byte aligned and not overlapping, `x` of `n`
+        // elements and `other` of `kernel.operand_len(n)`; the kernel's
+        // parameters are validated and `dtype` has kernels; the stream is
+        // this device's, and the caller holds the leases of both buffers
+        // (the written ones exclusively).
         let code = unsafe { lib.launch(self.inner.stream.raw, kernel, dtype, xp, op, &tiling) };
         if code != 0 {
             return Err(self.fail(Failure {

@@ -17,6 +17,19 @@ use crate::ops::Kernel;
 /// `(numBlocks, stream, x, p, seed, offset, totalLength, blockLength, tileLength)`
 type RandomFn =
     unsafe extern "C" fn(u32, AclrtStream, *mut c_void, f32, u64, u64, u64, u64, u32) -> u32;
+/// `(numBlocks, stream, x, bits, p, seed, offset, totalLength, blockLength, tileLength)`
+type RandomBitsFn = unsafe extern "C" fn(
+    u32,
+    AclrtStream,
+    *mut c_void,
+    *mut c_void,
+    f32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u32,
+) -> u32;
 /// `(numBlocks, stream, x, mask, scale, totalLength, blockLength, tileLength)`
 type MaskFn =
     unsafe extern "C" fn(u32, AclrtStream, *mut c_void, *mut c_void, f32, u64, u64, u32) -> u32;
@@ -42,6 +55,9 @@ pub(crate) struct KernelLib {
     /// lookup's error (see `require`).
     bernoulli_u8: Result<RandomFn>,
     apply_mask_u8: [Result<MaskFn>; 3],
+    /// The bit-mask dropout pair, optional in the same way.
+    dropout_bits: [Result<RandomBitsFn>; 3],
+    apply_bits: [Result<MaskFn>; 3],
     _lib: Loaded,
 }
 
@@ -49,7 +65,8 @@ static LOADED: Mutex<Vec<&'static KernelLib>> = Mutex::new(Vec::new());
 
 impl KernelLib {
     /// Finds the kernel library for `config` (next to `runtime` by
-    /// default) and resolves all fifteen launch functions.
+    /// default) and resolves its launch functions: the fifteen every build
+    /// has, and the u8 and bit mask ones where it has them.
     pub fn load(config: &AscendConfig, runtime: &Path) -> Result<&'static KernelLib> {
         let candidates = library_search::kernel_candidates(config, runtime);
         // SAFETY: the kernel library built from kernels/ (by CANN or
@@ -81,6 +98,9 @@ impl KernelLib {
                 bernoulli_u8: optional(&loaded, &Kernel::Bernoulli { p: 0.5, rng }, DType::U8),
                 apply_mask_u8: DTYPES
                     .map(|d| optional(&loaded, &Kernel::ApplyMaskU8 { scale: 1.0 }, d)),
+                dropout_bits: DTYPES
+                    .map(|d| optional(&loaded, &Kernel::DropoutBits { p: 0.5, rng }, d)),
+                apply_bits: DTYPES.map(|d| optional(&loaded, &Kernel::ApplyBits { scale: 1.0 }, d)),
                 _lib: loaded,
             }
         };
@@ -90,13 +110,15 @@ impl KernelLib {
     }
 
     /// Fails, naming the symbol and the library, when the library lacks
-    /// the launch function of `kernel` on `dtype` (the u8 mask kernels are
-    /// optional; every other one was resolved at load).
+    /// the launch function of `kernel` on `dtype` (the u8 and bit mask
+    /// kernels are optional; every other one was resolved at load).
     pub fn require(&self, kernel: &Kernel, dtype: DType) -> Result<()> {
         let i = DTYPES.iter().position(|&d| d == dtype).unwrap_or(0);
         match (kernel, dtype) {
             (Kernel::Bernoulli { .. }, DType::U8) => self.bernoulli_u8.as_ref().map(|_| ()),
             (Kernel::ApplyMaskU8 { .. }, _) => self.apply_mask_u8[i].as_ref().map(|_| ()),
+            (Kernel::DropoutBits { .. }, _) => self.dropout_bits[i].as_ref().map(|_| ()),
+            (Kernel::ApplyBits { .. }, _) => self.apply_bits[i].as_ref().map(|_| ()),
             _ => Ok(()),
         }
         .map_err(Clone::clone)
@@ -106,8 +128,10 @@ impl KernelLib {
     /// launch function's status and its symbol name.
     ///
     /// # Safety
-    /// `x` and `other` (for two-operand kernels) point to `t.total_length`
-    /// elements of `dtype` in live device memory, not overlapping; `stream`
+    /// `x` points to `t.total_length` elements of `dtype` and `other` (for
+    /// two-operand kernels) to `kernel.operand_len(t.total_length)` of
+    /// `kernel.operand_dtype(dtype)`, in live device memory, not
+    /// overlapping (`other` writable for a kernel that writes it); `stream`
     /// is a live stream of the runtime the library launches on; the
     /// kernel's parameters are valid, `dtype` has kernels, and
     /// [`require`](KernelLib::require) accepted the kernel.
@@ -134,6 +158,16 @@ impl KernelLib {
                     Err(_) => MISSING,
                 },
                 Kernel::ApplyMaskU8 { scale } => match self.apply_mask_u8[i] {
+                    Ok(f) => f(blocks, stream, x, other, scale, total, block, tile),
+                    Err(_) => MISSING,
+                },
+                Kernel::DropoutBits { p, rng } => match self.dropout_bits[i] {
+                    Ok(f) => f(
+                        blocks, stream, x, other, p, rng.seed, rng.offset, total, block, tile,
+                    ),
+                    Err(_) => MISSING,
+                },
+                Kernel::ApplyBits { scale } => match self.apply_bits[i] {
                     Ok(f) => f(blocks, stream, x, other, scale, total, block, tile),
                     Err(_) => MISSING,
                 },
@@ -185,7 +219,11 @@ unsafe fn optional<F: Copy>(lib: &Loaded, kernel: &Kernel, dtype: DType) -> Resu
             library,
             symbol,
             message,
-            hint: "this kernel library was built without the u8 mask kernels; rebuild it from kernels/ascend with them, or use a mask of the values' element type".to_owned(),
+            hint: match kernel {
+                Kernel::DropoutBits { .. } | Kernel::ApplyBits { .. } => "this kernel library was built without the bit-mask dropout kernels (dropout_bitmask.cpp); rebuild it from kernels/ascend with them, or use the regenerating dropout_ / dropout_backward_",
+                _ => "this kernel library was built without the u8 mask kernels; rebuild it from kernels/ascend with them, or use a mask of the values' element type",
+            }
+            .to_owned(),
         },
         other => other,
     })
