@@ -1,7 +1,9 @@
 //! CPU-feature dispatch for the reference kernels: the same safe Rust
 //! compiled twice, for the baseline target and for AVX2, chosen at run time.
 
-use crate::ops::{Float, Kernel, Operand, random};
+use crate::ops::cpu_path::{self, ApplyBitsFn, CpuPath, KeepBitsFn};
+use crate::ops::random::TileFn;
+use crate::ops::{Float, Kernel, Operand};
 
 /// Runs one chunk with the best code path the CPU supports.
 pub(crate) fn run<T: Float>(kernel: &Kernel, x: &mut [T], other: Operand<'_, T>, pos: usize) {
@@ -12,7 +14,7 @@ pub(crate) fn run<T: Float>(kernel: &Kernel, x: &mut [T], other: Operand<'_, T>,
         unsafe { run_avx2(kernel, x, other, pos) };
         return;
     }
-    kernel.run_chunk_with(random::portable, x, other, pos);
+    kernel.run_chunk_with(cpu_path::portable(), x, other, pos);
 }
 
 /// Runs one chunk of a kernel writing a `u8` buffer (bernoulli into a u8
@@ -25,7 +27,7 @@ pub(crate) fn run_bytes(kernel: &Kernel, x: &mut [u8], pos: usize) {
         unsafe { run_bytes_avx2(kernel, x, pos) };
         return;
     }
-    kernel.run_bytes_with(random::portable, x, pos);
+    kernel.run_bytes_with(cpu_path::portable(), x, pos);
 }
 
 /// Runs one chunk of a kernel that writes a bit mask besides `x`
@@ -43,60 +45,52 @@ pub(crate) fn run_writing_bits<T: Float>(
         unsafe { run_writing_bits_avx2(kernel, x, bits, pos) };
         return;
     }
-    kernel.run_writing_bits_with(random::portable, x, bits, pos);
+    kernel.run_writing_bits_with(cpu_path::portable(), x, bits, pos);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn run_writing_bits_avx2<T: Float>(kernel: &Kernel, x: &mut [T], bits: &mut [u8], pos: usize) {
-    use crate::ops::philox_avx2::{prepare, tile};
-    kernel.run_writing_bits_with(
-        #[inline(always)]
-        |key| {
-            let ks = prepare(key);
-            #[inline(always)]
-            move |first| tile(&ks, first)
-        },
-        x,
-        bits,
-        pos,
-    );
+    kernel.run_writing_bits_with(avx2_path(), x, bits, pos);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn run_bytes_avx2(kernel: &Kernel, x: &mut [u8], pos: usize) {
+    kernel.run_bytes_with(avx2_path(), x, pos);
+}
+
+/// The AVX2 inner loops: Philox tiles from `ops::philox_avx2`, bit-mask
+/// loops from `ops::bits_avx2`. The closures inherit this function's AVX2
+/// feature, so the kernels that call them compile it in.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+fn avx2_path() -> CpuPath<impl TileFn, impl ApplyBitsFn, impl KeepBitsFn> {
+    use crate::ops::bits_avx2;
     use crate::ops::philox_avx2::{prepare, tile};
-    kernel.run_bytes_with(
+    CpuPath::new(
         #[inline(always)]
         |key| {
             let ks = prepare(key);
             #[inline(always)]
             move |first| tile(&ks, first)
         },
-        x,
-        pos,
-    );
+        #[inline(always)]
+        |x: &mut [f32], bits: &[u8], scale| bits_avx2::apply_bits_f32(x, bits, scale),
+        #[inline(always)]
+        |x: &mut [f32], words: &[u32], bits: &mut [u8], t, scale| {
+            bits_avx2::keep_bits_f32(x, words, bits, t, scale)
+        },
+    )
 }
 
-/// The same kernels compiled for AVX2, with the Philox tiles from
-/// `ops::philox_avx2`. No floating-point op changes (no FMA contraction: the
+/// The same kernels compiled for AVX2, with the AVX2 inner loops. No floating-point op changes (no FMA contraction: the
 /// kernels multiply once and never add).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn run_avx2<T: Float>(kernel: &Kernel, x: &mut [T], other: Operand<'_, T>, pos: usize) {
-    use crate::ops::philox_avx2::{prepare, tile};
-    kernel.run_chunk_with(
-        #[inline(always)]
-        |key| {
-            let ks = prepare(key);
-            #[inline(always)]
-            move |first| tile(&ks, first)
-        },
-        x,
-        other,
-        pos,
-    );
+    kernel.run_chunk_with(avx2_path(), x, other, pos);
 }
 
 /// Runs `f` compiled for the best code path the CPU supports. `f` must be

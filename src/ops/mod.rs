@@ -45,6 +45,10 @@
 // Calls into code compiled for AVX2 after detecting the CPU feature.
 #[allow(unsafe_code)]
 pub(crate) mod cpu_dispatch;
+
+#[cfg(target_arch = "x86_64")]
+mod bits_avx2;
+mod cpu_path;
 mod elementwise;
 mod float;
 mod gemm;
@@ -60,6 +64,8 @@ pub use rng::RngState;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use cpu_path::{ApplyBitsFn, CpuPath, KeepBitsFn};
+use random::TileFn;
 
 /// One in-place kernel call, described independently of any device, so
 /// every backend receives the same request.
@@ -224,14 +230,14 @@ impl Kernel {
     #[inline(always)]
     pub fn run_chunk<T: Float>(&self, x: &mut [T], other: Option<&[T]>, pos: usize) {
         let other = other.map_or(Operand::None, Operand::Same);
-        self.run_chunk_with(random::portable, x, other, pos);
+        self.run_chunk_with(cpu_path::portable(), x, other, pos);
     }
 
     /// [`Kernel::run_chunk`] of [`Kernel::ApplyMaskU8`]: `mask` holds one
     /// byte per element of `x`. Other kernels run as with no operand.
     #[inline(always)]
     pub fn run_chunk_masked<T: Float>(&self, x: &mut [T], mask: &[u8], pos: usize) {
-        self.run_chunk_with(random::portable, x, Operand::Mask(mask), pos);
+        self.run_chunk_with(cpu_path::portable(), x, Operand::Mask(mask), pos);
     }
 
     /// [`Kernel::run_chunk`] of [`Kernel::ApplyBits`]: `bits` holds the
@@ -241,7 +247,7 @@ impl Kernel {
     /// bits it has are left unchanged. Other kernels run as with no operand.
     #[inline(always)]
     pub fn run_chunk_bits<T: Float>(&self, x: &mut [T], bits: &[u8], pos: usize) {
-        self.run_chunk_with(random::portable, x, Operand::Bits(bits), pos);
+        self.run_chunk_with(cpu_path::portable(), x, Operand::Bits(bits), pos);
     }
 
     /// [`Kernel::run_chunk`] of [`Kernel::DropoutBits`]: `x` as
@@ -251,21 +257,20 @@ impl Kernel {
     /// [`run_chunk_bits`](Kernel::run_chunk_bits).
     #[inline(always)]
     pub fn run_chunk_writing_bits<T: Float>(&self, x: &mut [T], bits: &mut [u8], pos: usize) {
-        self.run_writing_bits_with(random::portable, x, bits, pos);
+        self.run_writing_bits_with(cpu_path::portable(), x, bits, pos);
     }
 
-    /// [`Kernel::run_chunk_writing_bits`] with the Philox tiles made by
-    /// `tile`.
+    /// [`Kernel::run_chunk_writing_bits`] with the inner loops of `path`.
     #[inline(always)]
     pub(crate) fn run_writing_bits_with<T: Float>(
         &self,
-        tile: impl random::TileFn,
+        path: CpuPath<impl TileFn, impl ApplyBitsFn, impl KeepBitsFn>,
         x: &mut [T],
         bits: &mut [u8],
         pos: usize,
     ) {
         let Kernel::DropoutBits { p, rng } = *self else {
-            return self.run_chunk_with(tile, x, Operand::Bits(bits), pos);
+            return self.run_chunk_with(path, x, Operand::Bits(bits), pos);
         };
         let q = 1.0 - p;
         let (t, scale) = (random::threshold(q), 1.0 / q);
@@ -278,7 +283,16 @@ impl Kernel {
                 // Pieces start at multiples of 8 elements (map_f32's tiles).
                 let b = &mut bits[off / 8..(off + buf.len()).div_ceil(8)];
                 let start = rng.offset.wrapping_add((pos + off) as u64);
-                random::dropout_bits_f32(tile, buf, b, t, scale, rng.seed, start);
+                random::dropout_bits_f32(
+                    path.tile,
+                    path.keep_bits,
+                    buf,
+                    b,
+                    t,
+                    scale,
+                    rng.seed,
+                    start,
+                );
             },
         );
     }
@@ -289,27 +303,32 @@ impl Kernel {
     /// form; launches refuse them).
     #[inline(always)]
     pub fn run_chunk_bytes(&self, x: &mut [u8], pos: usize) {
-        self.run_bytes_with(random::portable, x, pos);
+        self.run_bytes_with(cpu_path::portable(), x, pos);
     }
 
-    /// [`Kernel::run_chunk_bytes`] with the Philox tiles made by `tile`.
+    /// [`Kernel::run_chunk_bytes`] with the inner loops of `path`.
     #[inline(always)]
-    pub(crate) fn run_bytes_with(&self, tile: impl random::TileFn, x: &mut [u8], pos: usize) {
+    pub(crate) fn run_bytes_with(
+        &self,
+        path: CpuPath<impl TileFn, impl ApplyBitsFn, impl KeepBitsFn>,
+        x: &mut [u8],
+        pos: usize,
+    ) {
         if let Kernel::Bernoulli { p, rng } = *self {
             let start = rng.offset.wrapping_add(pos as u64);
-            random::bernoulli_u8(tile, x, random::threshold(p), rng.seed, start);
+            random::bernoulli_u8(path.tile, x, random::threshold(p), rng.seed, start);
         }
     }
 
-    /// [`Kernel::run_chunk`] with the Philox tiles made by `tile`, whose
-    /// generators must return exactly what [`philox::tile`] returns (the
-    /// host device passes an AVX2 version).
+    /// [`Kernel::run_chunk`] with the inner loops of `path`, which must
+    /// return exactly what the portable ones return (Philox tiles as
+    /// [`philox::tile`]; the host device passes AVX2 versions).
     // Always inlined so the AVX2 entry point in `cpu_dispatch` compiles the
     // whole kernel with AVX2.
     #[inline(always)]
     pub(crate) fn run_chunk_with<T: Float>(
         &self,
-        tile: impl random::TileFn,
+        path: CpuPath<impl TileFn, impl ApplyBitsFn, impl KeepBitsFn>,
         x: &mut [T],
         operand: Operand<'_, T>,
         pos: usize,
@@ -326,7 +345,7 @@ impl Kernel {
                     #[inline(always)]
                     |buf, off| {
                         let start = rng.offset.wrapping_add((pos + off) as u64);
-                        random::bernoulli_f32(tile, buf, t, rng.seed, start);
+                        random::bernoulli_f32(path.tile, buf, t, rng.seed, start);
                     },
                 );
             }
@@ -338,7 +357,7 @@ impl Kernel {
                     #[inline(always)]
                     |buf, off| {
                         let start = rng.offset.wrapping_add((pos + off) as u64);
-                        random::dropout_f32(tile, buf, t, scale, rng.seed, start);
+                        random::dropout_f32(path.tile, buf, t, scale, rng.seed, start);
                     },
                 );
             }
@@ -373,7 +392,7 @@ impl Kernel {
                     &mut x[..n],
                     // Pieces start at multiples of 8 elements (map_f32's tiles).
                     #[inline(always)]
-                    |a, off| elementwise::apply_bits_f32(a, &bits[off / 8..], scale),
+                    |a, off| (path.apply_bits)(a, &bits[off / 8..], scale),
                 );
             }
             Kernel::Mul => T::zip_map_f32(x, other, elementwise::mul_f32),
@@ -608,6 +627,61 @@ mod tests {
             dropout(&mut fast, 0.2, rng).unwrap();
             Kernel::Dropout { p: 0.2, rng }.run_chunk(&mut slow, None, 0);
             assert_eq!(fast, slow, "dropout seed {seed} offset {offset}");
+        }
+    }
+
+    #[test]
+    fn dispatched_and_portable_bit_mask_paths_agree() {
+        // `dropout_bits`/`apply_bits` run the AVX2 bit-mask loops on x86-64
+        // when available; `run_chunk_writing_bits`/`run_chunk_bits` are the
+        // portable loops. Values include signed zeros, infinities and NaN,
+        // lengths the tails of a byte and of a 256-element group.
+        let special = [
+            -0.0f32,
+            0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e-40,
+        ];
+        let bits_of = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for (offset, len) in [
+            (0u64, 0usize),
+            (0, 1),
+            (3, 7),
+            (1, 8),
+            (5, 9),
+            (2, 255),
+            (7, 257),
+            (9, 1029),
+        ] {
+            let rng = RngState { seed: 77, offset };
+            let x: Vec<f32> = (0..len)
+                .map(|i| {
+                    special
+                        .get(i % 11)
+                        .copied()
+                        .unwrap_or(i as f32 * 0.37 - 50.0)
+                })
+                .collect();
+            for p in [0.0f32, 0.3, 1.0] {
+                let (mut fast, mut slow) = (x.clone(), x.clone());
+                let mut fast_bits = vec![0xAAu8; bit_mask_bytes(len)];
+                let mut slow_bits = fast_bits.clone();
+                dropout_bits(&mut fast, &mut fast_bits, p, rng).unwrap();
+                Kernel::DropoutBits { p, rng }.run_chunk_writing_bits(&mut slow, &mut slow_bits, 0);
+                assert_eq!(
+                    bits_of(&fast),
+                    bits_of(&slow),
+                    "dropout_bits p {p} len {len}"
+                );
+                assert_eq!(fast_bits, slow_bits, "bits p {p} len {len}");
+                let scale = 1.0 / (1.0 - p).max(0.5);
+                let (mut fast, mut slow) = (x.clone(), x.clone());
+                apply_bits(&mut fast, &fast_bits, scale).unwrap();
+                Kernel::ApplyBits { scale }.run_chunk_bits(&mut slow, &slow_bits, 0);
+                assert_eq!(bits_of(&fast), bits_of(&slow), "apply_bits p {p} len {len}");
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! Random kernels on f32 tiles: bernoulli fill and fused dropout, both
 //! reading the Philox stream through the same tile walker.
 
+use super::cpu_path::KeepBitsFn;
 use super::philox::{TILE_WORDS, key_of};
 
 /// Makes a tile generator for a key: `tiles(key)` returns a function that
@@ -127,10 +128,13 @@ const BIT_GROUP: usize = 256;
 /// [`dropout_f32`], also writing the keep decisions into `bits`, one bit
 /// per element (bit `i % 8` of byte `i / 8`; bits past `x`'s last element
 /// 0). `bits` holds `ceil(x.len() / 8)` bytes; a shorter one stops the work
-/// where it ends.
+/// where it ends. `keep` applies and packs each group's decisions
+/// ([`keep_bits_f32`] or an equivalent for the running CPU).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) fn dropout_bits_f32(
     tile: impl TileFn,
+    keep: impl KeepBitsFn,
     x: &mut [f32],
     bits: &mut [u8],
     t: u32,
@@ -150,15 +154,24 @@ pub(crate) fn dropout_bits_f32(
             #[inline(always)]
             |pos, w| words[pos..pos + w.len()].copy_from_slice(w),
         );
-        for ((xe, we), b) in xs.chunks_mut(8).zip(words.chunks(8)).zip(bs) {
-            let mut byte = 0u8;
-            for (j, (v, &w)) in xe.iter_mut().zip(we).enumerate() {
-                let keep = (w >> 8) < t;
-                *v = if keep { *v * scale } else { 0.0 };
-                byte |= u8::from(keep) << j;
-            }
-            *b = byte;
+        keep(xs, &words[..xs.len()], bs, t, scale);
+    }
+}
+
+/// `x[i] = x[i] * scale` where word `words[i]` falls below `t` (kept), else
+/// `0.0`, and the decisions packed into `bits` (bit `i % 8` of byte
+/// `i / 8`, bits past the last element 0); stops where the shortest of the
+/// three ends.
+#[inline(always)]
+pub(crate) fn keep_bits_f32(x: &mut [f32], words: &[u32], bits: &mut [u8], t: u32, scale: f32) {
+    for ((xe, we), b) in x.chunks_mut(8).zip(words.chunks(8)).zip(bits) {
+        let mut byte = 0u8;
+        for (j, (v, &w)) in xe.iter_mut().zip(we).enumerate() {
+            let keep = (w >> 8) < t;
+            *v = if keep { *v * scale } else { 0.0 };
+            byte |= u8::from(keep) << j;
         }
+        *b = byte;
     }
 }
 
