@@ -17,6 +17,11 @@
 //! planner ([`SpecSet::declare_on`]) or a recorder ([`Recorder::preload`]),
 //! so production runs need no recording pass.
 //!
+//! The bookkeeping itself, without the pools, is a [`SiteBook`]: the
+//! `Recorder` keeps its host memory beside one, and bindings that record on
+//! a device of their own (the Python package, on a torch device) use it
+//! alone, so they learn the same specs with the same errors.
+//!
 //! ```
 //! use tensor_arena::{HostDevice, record::{Recorder, SpecSet}};
 //! let mut rec = Recorder::new(HostDevice::new());

@@ -189,10 +189,13 @@ impl<D: Device> Recorder<D> {
                 dtype: T::DTYPE,
             }))
         };
+        let known = self.shared.book.len();
         let index = self.shared.book.persistent(name, T::DTYPE, shape)?;
-        let padded = site::padded(name, shape, self.shared.config.default_rounding)?;
-        self.shared
-            .ensure_capacity(index, T::DTYPE, padded.elements())?;
+        if index >= known {
+            let padded = site::padded(name, shape, self.shared.config.default_rounding)?;
+            self.shared
+                .ensure_capacity(index, T::DTYPE, padded.elements())?;
+        }
         handle(index)
     }
 
@@ -237,10 +240,11 @@ impl<D: Device> Recorder<D> {
     /// declared. The set's phases must be the recorder's, in order. Then
     /// [`freeze`](Recorder::freeze) plans without any recording step.
     pub fn preload(&mut self, specs: &SpecSet) -> Result<()> {
+        let known = self.shared.book.len();
         self.shared.book.preload(specs, "Recorder::preload")?;
-        // Persistent buffers declared by the specs get their pool memory.
+        // Persistent buffers the specs declared get their pool memory.
         let default = self.shared.config.default_rounding;
-        for (index, site) in self.shared.book.sites().iter().enumerate() {
+        for (index, site) in self.shared.book.sites().iter().enumerate().skip(known) {
             if site.mode.is_none() {
                 let rounding = site.rounding.unwrap_or(default);
                 let padded = site::padded(&site.name, &site.shape, rounding)?;
