@@ -5,13 +5,13 @@
 //! element type, unite its phase span over steps, learn each mode's own
 //! sites and export the same `SpecSet`, with the same errors. The test
 //! suite runs the Rust `Recorder` on the same requests (`reference_specs`)
-//! and compares the spec files byte for byte. Once frozen, a request is
-//! checked here against its planned buffer (`check_frozen_request`).
+//! and compares the spec files byte for byte. Once frozen, the book checks
+//! a request against its planned buffer, which this wrapper keeps.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::prelude::*;
-use tensor_arena::record::{SiteBook, check_frozen_request};
+use tensor_arena::record::SiteBook;
 use tensor_arena::{DType, Error, Plan, Rounding};
 
 use crate::errors::IntoPy;
@@ -45,36 +45,12 @@ impl RecorderCore {
         dtype: DType,
         shape: &[usize],
     ) -> Result<usize, Error> {
+        let planned = |index: usize| {
+            let (plan, buffers) = self.frozen.as_ref()?;
+            plan.buffers().get(buffers.get(index).copied().flatten()?)
+        };
         let book = self.read();
-        let unrecorded = || Error::UnrecordedSite {
-            site: name.to_owned(),
-            mode: book.mode_name(mode).to_owned(),
-        };
-        let Some(index) = book.find(mode, name) else {
-            if book.find_persistent(name).is_some() {
-                return Err(Error::InvalidView {
-                    buffer: name.to_owned(),
-                    shape: shape.to_vec(),
-                    reason: "this name is a persistent buffer; lease it with its handle",
-                });
-            }
-            return Err(unrecorded());
-        };
-        let planned = self.frozen.as_ref().and_then(|(plan, buffers)| {
-            let b = buffers.get(index).copied().flatten()?;
-            plan.buffers().get(b)
-        });
-        let (Some(planned), Some(site)) = (planned, book.site(index)) else {
-            return Err(unrecorded());
-        };
-        if site.dtype != dtype {
-            return Err(Error::DTypeMismatch {
-                buffer: name.to_owned(),
-                declared: site.dtype.name(),
-                requested: dtype.name(),
-            });
-        }
-        check_frozen_request(book.mode_name(mode), shape, planned)?;
+        let (index, _) = book.planned_request(mode, name, dtype, shape, planned)?;
         Ok(index)
     }
 }

@@ -9,11 +9,12 @@
 
 use std::cell::{Cell, Ref, RefCell};
 
+use super::rule::check_frozen_request;
 use super::site::{self, Life, Site, Table};
 use super::specs::{SpecEntry, SpecLifetime, SpecMode, SpecSet};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::plan::DEFAULT_MODE;
+use crate::plan::{DEFAULT_MODE, PlannedBuffer};
 use crate::shape::{Dims, Rounding, Shape, ShapeRule};
 
 /// A mode of the recorder: its name and phases.
@@ -552,6 +553,56 @@ impl SiteBook {
         self.phase.set(0);
     }
 
+    /// Frozen: checks a request for site `name` of `mode` against its
+    /// planned buffer, which `planned(index)` finds for a sized site (the
+    /// caller keeps the plan). Returns the site's index and the view's
+    /// element count. A site never sized in `mode` is an
+    /// [`Error::UnrecordedSite`]; then the element type must be the site's
+    /// and the shape fit the planned buffer by the site's rule
+    /// ([`check_frozen_request`](super::check_frozen_request)). Hashes the
+    /// name; allocates nothing unless it fails.
+    #[inline]
+    pub fn planned_request<'p>(
+        &self,
+        mode: u16,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        planned: impl FnOnce(usize) -> Option<&'p PlannedBuffer>,
+    ) -> Result<(usize, usize)> {
+        let table = self.table.borrow();
+        let Some(index) = table.find(mode, name) else {
+            if table.find_persistent(name).is_some() {
+                return Err(crate::arena::persistent_by_name(name, shape));
+            }
+            return Err(self.unrecorded(mode, name));
+        };
+        let site = &table.sites[index];
+        // A site opted in to per-dimension limits but never sized has no
+        // buffer.
+        let buffer = planned(index).filter(|_| site.size.is_sized());
+        let Some(buffer) = buffer else {
+            return Err(self.unrecorded(mode, name));
+        };
+        if site.dtype != dtype {
+            return Err(Error::DTypeMismatch {
+                buffer: name.to_owned(),
+                declared: site.dtype.name(),
+                requested: dtype.name(),
+            });
+        }
+        let elements = check_frozen_request(self.mode_name(mode), shape, buffer)?;
+        Ok((index, elements))
+    }
+
+    #[cold]
+    fn unrecorded(&self, mode: u16, name: &str) -> Error {
+        Error::UnrecordedSite {
+            site: name.to_owned(),
+            mode: self.mode_name(mode).to_owned(),
+        }
+    }
+
     /// Steps recorded.
     pub fn recorded_steps(&self) -> u64 {
         self.recorded_steps
@@ -785,6 +836,44 @@ mod tests {
             book.request("x", DType::F32, &[4, 4], ok),
             Err(Error::AlreadyLeased { .. })
         ));
+    }
+
+    #[test]
+    fn frozen_requests_are_checked_against_the_planned_buffer() {
+        let mut book = SiteBook::new(Rounding::Inner16);
+        book.per_dimension(0, "d", DType::F32).unwrap();
+        book.persistent("w", DType::F32, &[8]).unwrap();
+        book.begin_step(0);
+        book.request("x", DType::F32, &[4, 10], ok).unwrap();
+        book.end_step();
+        let mut planner = crate::Planner::new();
+        let declared = book.specs().declare_on(&mut planner).unwrap();
+        let ids: Vec<_> = declared.ids().collect();
+        let plan = planner.plan().unwrap();
+        // Sites: d (never sized, no buffer), w, x; the specs list w and x.
+        let planned = |i: usize| i.checked_sub(1).and_then(|b| plan.buffer(ids[b]).ok());
+        let (index, elements) = book
+            .planned_request(0, "x", DType::F32, &[2, 16], planned)
+            .unwrap();
+        assert_eq!((index, elements), (2, 32));
+        let e = book
+            .planned_request(0, "x", DType::F32, &[5, 16], planned)
+            .unwrap_err();
+        assert!(matches!(e, Error::ExceedsRecorded { .. }), "{e}");
+        let e = book
+            .planned_request(0, "x", DType::I32, &[2], planned)
+            .unwrap_err();
+        assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
+        for name in ["d", "y"] {
+            let e = book
+                .planned_request(0, name, DType::F32, &[2], planned)
+                .unwrap_err();
+            assert!(matches!(e, Error::UnrecordedSite { .. }), "{name}: {e}");
+        }
+        let e = book
+            .planned_request(0, "w", DType::F32, &[8], planned)
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidView { .. }), "{e}");
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! buffers by handle, phases of the step's mode.
 
 use super::lease::SiteLease;
-use super::rule::check_frozen_request;
 use super::shared_state::SharedState;
 use crate::arena::{Leases, Step, StepScope};
 use crate::device::Device;
@@ -68,31 +67,19 @@ impl<'r, D: Device> RecordStep<'r, D> {
         name: &str,
         shape: &[usize],
     ) -> Result<(Buffer<T>, usize)> {
-        let table = self.shared.book.table();
-        let Some(index) = table.find(self.mode, name) else {
-            if table.find_persistent(name).is_some() {
-                return Err(crate::arena::persistent_by_name(name, shape));
-            }
+        let plan = step.plan();
+        let (index, elements) =
+            self.shared
+                .book
+                .planned_request(self.mode, name, T::DTYPE, shape, |index| {
+                    // Sites cannot be added while frozen: every site has an id.
+                    let id = ids.get(index)?;
+                    plan.buffers().get(id.index())
+                })?;
+        // The book checked the element type: the id's.
+        let Some(buffer) = ids.get(index).copied().and_then(BufferId::typed::<T>) else {
             return Err(self.unrecorded(name));
         };
-        let site = &table.sites[index];
-        // Sites cannot be added while frozen, so every site has an id; one
-        // opted in to per-dimension limits but never sized has no buffer.
-        let Some(&id) = ids.get(index).filter(|_| site.size.is_sized()) else {
-            return Err(self.unrecorded(name));
-        };
-        let Some(buffer) = id.typed::<T>() else {
-            return Err(Error::DTypeMismatch {
-                buffer: name.to_owned(),
-                declared: id.dtype().name(),
-                requested: T::DTYPE.name(),
-            });
-        };
-        let Some(planned) = step.plan().buffers().get(id.index()) else {
-            return Err(self.unrecorded(name));
-        };
-        let mode = self.shared.mode_name(self.mode);
-        let elements = check_frozen_request(mode, shape, planned)?;
         Ok((buffer, elements))
     }
 
