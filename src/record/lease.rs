@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ndarray::{ArrayView, ArrayViewMut, Dimension};
 
 use super::shared_state::SharedState;
-use super::site::Site;
+use super::site_book::Granted;
 use crate::arena::Lease;
 use crate::device::{Device, HostAccessible};
 use crate::dtype::Element;
@@ -52,25 +52,25 @@ pub(crate) struct Pooled<'s, T: Element> {
 }
 
 impl<'s, T: Element> Pooled<'s, T> {
-    /// Called with the site marked live and its memory large enough for
-    /// `padded`; takes the memory.
+    /// Called with the site marked live and `data`, its memory, large
+    /// enough for the granted padded shape.
     pub fn new(
         shared: &'s SharedState,
-        index: usize,
-        site: &mut Site,
+        name: Arc<str>,
+        data: Vec<u64>,
+        granted: Granted,
         shape: &[usize],
-        padded: Shape,
     ) -> Pooled<'s, T> {
         let mut dims = [0; MAX_DIMS];
-        // The caller validated `shape` (at most MAX_DIMS dimensions).
+        // The book validated `shape` (at most MAX_DIMS dimensions).
         dims[..shape.len()].copy_from_slice(shape);
         Pooled {
             shared,
-            index,
-            name: Arc::clone(&site.name),
-            data: std::mem::take(&mut site.data),
-            padded,
-            rule: site.size.rule(),
+            index: granted.index,
+            name,
+            data,
+            padded: granted.padded,
+            rule: granted.rule,
             dims,
             ndim: shape.len() as u8,
             len: shape.iter().product(),

@@ -17,6 +17,11 @@
 //! planner ([`SpecSet::declare_on`]) or a recorder ([`Recorder::preload`]),
 //! so production runs need no recording pass.
 //!
+//! The bookkeeping itself, without the pools, is a [`SiteBook`]: the
+//! `Recorder` keeps its host memory beside one, and bindings that record on
+//! a device of their own (the Python package, on a torch device) use it
+//! alone, so they learn the same specs with the same errors.
+//!
 //! ```
 //! use tensor_arena::{HostDevice, record::{Recorder, SpecSet}};
 //! let mut rec = Recorder::new(HostDevice::new());
@@ -55,6 +60,7 @@ mod rule;
 mod rust_code;
 mod shared_state;
 mod site;
+mod site_book;
 mod specs;
 mod step;
 mod toml_file;
@@ -62,6 +68,7 @@ mod toml_file;
 pub use lease::SiteLease;
 pub use recorder::{Persistent, RecordStats, Recorder};
 pub use rule::{SiteShape, check_frozen_request};
+pub use site_book::{Granted, SiteBook, SiteInfo};
 pub use specs::{Declared, SpecEntry, SpecLifetime, SpecMode, SpecSet};
 pub use step::RecordStep;
 pub use step::Recorded;

@@ -1,10 +1,9 @@
 //! The recorder: records steps, freezes into a planned arena, and can go
 //! back to recording between epochs.
 
-use super::rule::SiteShape;
-use super::shared_state::{ModeInfo, SharedState};
-use super::site::{self, Life, Site};
-use super::specs::{SpecEntry, SpecLifetime, SpecMode, SpecSet};
+use super::shared_state::SharedState;
+use super::site::{self, Site};
+use super::specs::SpecSet;
 use super::step::RecordStep;
 use crate::arena::Arena;
 use crate::device::Device;
@@ -12,7 +11,6 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ops::RngState;
 use crate::plan::{Buffer, BufferId, Mode, Phase, Plan, Planner, PlannerConfig, next_owner_id};
-use crate::shape::ShapeRule;
 
 /// A typed, `Copy` handle to a persistent buffer declared on a
 /// [`Recorder`]: the [`Buffer`] handle every step type leases
@@ -96,8 +94,6 @@ pub struct Recorder<D: Device> {
     shared: SharedState,
     device: D,
     frozen: Option<Frozen<D>>,
-    recorded_steps: u64,
-    imported_steps: u64,
     plans: u64,
 }
 
@@ -114,8 +110,6 @@ impl<D: Device> Recorder<D> {
             shared: SharedState::new(next_owner_id(), PlannerConfig::default()),
             device,
             frozen: None,
-            recorded_steps: 0,
-            imported_steps: 0,
             plans: 0,
         }
     }
@@ -125,7 +119,7 @@ impl<D: Device> Recorder<D> {
     pub fn with_config(device: D, config: PlannerConfig) -> Result<Recorder<D>> {
         Planner::with_config(config)?;
         let mut rec = Recorder::new(device);
-        rec.shared.config = config;
+        rec.shared = SharedState::new(rec.shared.id, config);
         Ok(rec)
     }
 
@@ -136,25 +130,7 @@ impl<D: Device> Recorder<D> {
     /// that mode, and the plan lets sites of different modes share bytes.
     /// A site name may be used in several modes: each mode learns its own.
     pub fn mode(&mut self, name: &str) -> Result<Mode> {
-        if name.is_empty() {
-            return Err(Error::EmptyName);
-        }
-        if self.shared.modes.iter().any(|m| m.name == name) {
-            return Err(Error::DuplicateName {
-                name: name.to_owned(),
-            });
-        }
-        self.check_not_frozen(name)?;
-        let index = u16::try_from(self.shared.modes.len()).map_err(|_| Error::SizeOverflow {
-            buffer: name.to_owned(),
-            shape: Vec::new(),
-            what: "the number of modes",
-            limit: u64::from(u16::MAX),
-        })?;
-        self.shared.modes.push(ModeInfo {
-            name: name.to_owned(),
-            phases: Vec::new(),
-        });
+        let index = self.shared.book.mode(name)?;
         Ok(Mode {
             planner: self.shared.id,
             index,
@@ -170,7 +146,7 @@ impl<D: Device> Recorder<D> {
     }
 
     fn mode_index(&self, mode: Mode) -> Result<u16> {
-        if mode.planner != self.shared.id || mode.index() >= self.shared.modes.len() {
+        if mode.planner != self.shared.id || mode.index() >= self.shared.book.mode_count() {
             return Err(Error::ForeignMode {
                 index: mode.index(),
                 owner: "recorder",
@@ -188,49 +164,13 @@ impl<D: Device> Recorder<D> {
     /// Declares the next phase of a step of `mode`.
     pub fn phase_in(&mut self, mode: Mode, name: &str) -> Result<Phase> {
         let m = self.mode_index(mode)?;
-        if name.is_empty() {
-            return Err(Error::EmptyName);
-        }
-        let table = self.shared.table.get_mut();
-        if self.shared.modes[usize::from(m)]
-            .phases
-            .iter()
-            .any(|p| p == name)
-            || table.find(m, name).is_some()
-            || table.find_persistent(name).is_some()
-        {
-            return Err(Error::DuplicateName {
-                name: name.to_owned(),
-            });
-        }
-        self.check_not_frozen(name)?;
-        let phases = &mut self.shared.modes[usize::from(m)].phases;
-        let index = u16::try_from(phases.len()).map_err(|_| Error::SizeOverflow {
-            buffer: name.to_owned(),
-            shape: Vec::new(),
-            what: "the number of phases",
-            limit: u64::from(u16::MAX),
-        })?;
-        phases.push(name.to_owned());
+        let index = self.shared.book.phase(m, name)?;
         Ok(Phase {
             planner: self.shared.id,
             mode: m,
-            index,
+            // Fits: the book numbers phases in u16.
+            index: index as u16,
         })
-    }
-
-    /// Modes and phases belong to the plan: they cannot change while it
-    /// holds.
-    fn check_not_frozen(&self, name: &str) -> Result<()> {
-        if self.frozen.is_some() {
-            return Err(Error::InvalidSpecs {
-                source_name: "Recorder".to_owned(),
-                reason: format!(
-                    "'{name}': the recorder is frozen; declare modes, phases and persistent buffers before freezing (or call rerecord() first)"
-                ),
-            });
-        }
-        Ok(())
     }
 
     /// Declares a persistent buffer (weights, optimizer state): its contents
@@ -249,37 +189,13 @@ impl<D: Device> Recorder<D> {
                 dtype: T::DTYPE,
             }))
         };
-        let table = self.shared.table.borrow();
-        if let Some(index) = table.find_persistent(name) {
-            let site = &table.sites[index];
-            if site.dtype == T::DTYPE && site.size.max() == shape {
-                return handle(index);
-            }
-            return Err(Error::DuplicateName {
-                name: name.to_owned(),
-            });
+        let known = self.shared.book.len();
+        let index = self.shared.book.persistent(name, T::DTYPE, shape)?;
+        if index >= known {
+            let padded = site::padded(name, shape, self.shared.config.default_rounding)?;
+            self.shared
+                .ensure_capacity(index, T::DTYPE, padded.elements())?;
         }
-        if name.is_empty() {
-            return Err(Error::EmptyName);
-        }
-        if table.any_temp(name)
-            || self
-                .shared
-                .modes
-                .iter()
-                .any(|m| m.phases.iter().any(|p| p == name))
-        {
-            return Err(Error::DuplicateName {
-                name: name.to_owned(),
-            });
-        }
-        drop(table);
-        self.check_not_frozen(name)?;
-        let rounding = self.shared.config.default_rounding;
-        let padded = site::padded(name, shape, rounding)?;
-        let mut site = Site::persistent(name, T::DTYPE, shape, padded.elements());
-        self.shared.ensure_capacity(&mut site, padded.elements())?;
-        let index = self.shared.table.get_mut().insert(site)?;
         handle(index)
     }
 
@@ -303,12 +219,8 @@ impl<D: Device> Recorder<D> {
     /// # Ok::<(), tensor_arena::Error>(())
     /// ```
     pub fn bound<T: Element>(&mut self, mode: Mode, name: &str, max_shape: &[usize]) -> Result<()> {
-        let default = self.shared.config.default_rounding;
-        let index = self.site_for::<T>(mode, name, max_shape)?;
-        let site = &mut self.shared.table.get_mut().sites[index];
-        let padded = site::padded(name, max_shape, site.rounding.unwrap_or(default))?;
-        site.size.widen(max_shape, padded.elements());
-        Ok(())
+        let m = self.mode_index(mode)?;
+        self.shared.book.bound(m, name, T::DTYPE, max_shape)
     }
 
     /// Opts the site `name` of `mode` in to per-dimension limits
@@ -318,45 +230,8 @@ impl<D: Device> Recorder<D> {
     /// count would fit. Sites without it are sized, and checked, by element
     /// count. Call it before the site's first request.
     pub fn per_dimension<T: Element>(&mut self, mode: Mode, name: &str) -> Result<()> {
-        let index = self.site_for::<T>(mode, name, &[])?;
-        let site = &mut self.shared.table.get_mut().sites[index];
-        if site.size.rule() == ShapeRule::Dims {
-            return Ok(());
-        }
-        if site.requests > 0 {
-            return Err(Error::InvalidView {
-                buffer: name.to_owned(),
-                shape: site.size.max.to_vec(),
-                reason: "per-dimension limits must be chosen before the site's first request",
-            });
-        }
-        site.size.set_rule(ShapeRule::Dims);
-        Ok(())
-    }
-
-    /// The site `name` of `mode`, declared now (not yet sized) if new.
-    fn site_for<T: Element>(&mut self, mode: Mode, name: &str, shape: &[usize]) -> Result<usize> {
         let m = self.mode_index(mode)?;
-        let table = self.shared.table.get_mut();
-        if let Some(i) = table.find(m, name) {
-            let site = &table.sites[i];
-            if !shape.is_empty() {
-                site.check_compatible(T::DTYPE, shape)?;
-            } else if site.dtype != T::DTYPE {
-                site.check_compatible(T::DTYPE, site.size.max())?;
-            }
-            return Ok(i);
-        }
-        self.check_not_frozen(name)?;
-        if !shape.is_empty() {
-            site::padded(name, shape, self.shared.config.default_rounding)?;
-        }
-        self.shared
-            .check_new_temp(&self.shared.table.borrow(), m, name, shape)?;
-        self.shared
-            .table
-            .get_mut()
-            .insert(Site::temp(name, m, T::DTYPE))
+        self.shared.book.per_dimension(m, name, T::DTYPE)
     }
 
     /// Merges a spec set (say, loaded from a checked-in file) into what the
@@ -365,128 +240,18 @@ impl<D: Device> Recorder<D> {
     /// declared. The set's phases must be the recorder's, in order. Then
     /// [`freeze`](Recorder::freeze) plans without any recording step.
     pub fn preload(&mut self, specs: &SpecSet) -> Result<()> {
-        let invalid = |reason: String| Error::InvalidSpecs {
-            source_name: "Recorder::preload".to_owned(),
-            reason,
-        };
-        if self.frozen.is_some() {
-            return Err(invalid(
-                "the recorder is frozen; call rerecord() before preloading specs".to_owned(),
-            ));
-        }
-        specs.validate().map_err(invalid)?;
-        let ours = self.spec_modes();
-        if specs.phases != self.shared.modes[0].phases || specs.modes != ours {
-            return Err(invalid(format!(
-                "the specs' phases {:?} and modes {:?} differ from the recorder's {:?} and {:?}; declare the same modes and phases in the same order first",
-                specs.phases, specs.modes, self.shared.modes[0].phases, ours
-            )));
-        }
-        // Check every entry before changing anything.
-        {
-            let table = self.shared.table.borrow();
-            for e in &specs.buffers {
-                let persistent = e.lifetime == SpecLifetime::Persistent;
-                let mode = self.mode_of_entry(e);
-                let found = match persistent {
-                    true => table.find_persistent(&e.name),
-                    false => table.find(mode, &e.name),
-                };
-                let clash = match persistent {
-                    true => table.any_temp(&e.name),
-                    false => table.find_persistent(&e.name).is_some(),
-                };
-                let differs = found.is_some_and(|i| {
-                    let site = &table.sites[i];
-                    site.check_compatible(e.dtype, &e.shape).is_err()
-                        || (persistent && site.size.max() != e.shape.as_slice())
-                        || (site.size.rule() != e.shape_rule && site.requests > 0)
-                });
-                if clash || differs {
-                    return Err(invalid(format!(
-                        "buffer '{}' is declared differently in the specs ({}, {:?}) and in the recorder",
-                        e.name,
-                        specs.entry_lifetime_label(e),
-                        e.shape
-                    )));
-                }
-            }
-        }
-        for e in &specs.buffers {
-            self.merge(e)?;
-        }
-        let steps = specs
-            .buffers
-            .iter()
-            .filter_map(|b| b.recorded_steps)
-            .max()
-            .unwrap_or(0);
-        self.imported_steps = self.imported_steps.max(steps);
-        Ok(())
-    }
-
-    /// The recorder's declared modes, as a spec set lists them.
-    fn spec_modes(&self) -> Vec<SpecMode> {
-        self.shared
-            .modes
-            .iter()
-            .skip(1)
-            .map(|m| SpecMode {
-                name: m.name.clone(),
-                phases: m.phases.clone(),
-            })
-            .collect()
-    }
-
-    /// The recorder's index of a (validated) entry's mode.
-    fn mode_of_entry(&self, e: &SpecEntry) -> u16 {
-        e.mode
-            .as_deref()
-            .and_then(|name| self.shared.modes.iter().position(|m| m.name == name))
-            // Fits: modes are numbered in u16.
-            .map_or(0, |m| m as u16)
-    }
-
-    fn merge(&mut self, e: &SpecEntry) -> Result<()> {
-        let life = match e.lifetime {
-            SpecLifetime::Persistent => Life::Persistent,
-            SpecLifetime::Step => Life::Step,
-            SpecLifetime::Phases { first, last } => Life::Span(first, last),
-        };
-        let mode = self.mode_of_entry(e);
+        let known = self.shared.book.len();
+        self.shared.book.preload(specs, "Recorder::preload")?;
+        // Persistent buffers the specs declared get their pool memory.
         let default = self.shared.config.default_rounding;
-        let rounding = e.rounding.unwrap_or(default);
-        let padded = site::padded(&e.name, &e.shape, rounding)?;
-        let table = self.shared.table.get_mut();
-        let found = match life {
-            Life::Persistent => table.find_persistent(&e.name),
-            _ => table.find(mode, &e.name),
-        };
-        if let Some(i) = found {
-            let site = &mut table.sites[i];
-            site.size.set_rule(e.shape_rule);
-            site.rounding = e.rounding.or(site.rounding);
-            if life != Life::Persistent {
-                site.size.widen(&e.shape, padded.elements());
-                site.life = Some(site.life.map_or(life, |l| l.union(life)));
+        for (index, site) in self.shared.book.sites().iter().enumerate().skip(known) {
+            if site.mode.is_none() {
+                let rounding = site.rounding.unwrap_or(default);
+                let padded = site::padded(&site.name, &site.shape, rounding)?;
+                self.shared
+                    .ensure_capacity(index, site.dtype, padded.elements())?;
             }
-            site.recorded |= e.recorded_steps.is_some();
-            return Ok(());
         }
-        let mut site = if life == Life::Persistent {
-            Site::persistent(&e.name, e.dtype, &e.shape, padded.elements())
-        } else {
-            let mut s = Site::temp(&e.name, mode, e.dtype);
-            s.size = SiteShape::sized(e.shape_rule, &e.shape, padded.elements());
-            s.life = Some(life);
-            s
-        };
-        site.rounding = e.rounding;
-        site.recorded = e.recorded_steps.is_some() && life != Life::Persistent;
-        if life == Life::Persistent {
-            self.shared.ensure_capacity(&mut site, padded.elements())?;
-        }
-        self.shared.table.get_mut().insert(site)?;
         Ok(())
     }
 
@@ -529,15 +294,14 @@ impl<D: Device> Recorder<D> {
             f(&step)
         };
         if recording {
-            self.recorded_steps += 1;
-            self.shared.phase.set(0);
+            self.shared.book.end_step();
         }
         out
     }
 
     /// Steps the learned specs stand for (see [`RecordStats::learned_steps`]).
     fn learned_steps(&self) -> u64 {
-        self.recorded_steps + self.imported_steps
+        self.shared.book.learned_steps()
     }
 
     /// Everything known so far as a spec set: the modes and phases,
@@ -547,35 +311,7 @@ impl<D: Device> Recorder<D> {
     /// or it was never requested) and the number of steps it was learned
     /// from. In first-seen order.
     pub fn specs(&self) -> SpecSet {
-        let steps = self.learned_steps();
-        let table = self.shared.table.borrow();
-        let buffers = table
-            .sites
-            .iter()
-            .filter(|s| s.size.is_sized())
-            .map(|s| SpecEntry {
-                name: s.name.to_string(),
-                dtype: s.dtype,
-                shape: s.size.max.to_vec(),
-                lifetime: match s.life {
-                    Some(Life::Persistent) => SpecLifetime::Persistent,
-                    Some(Life::Step) | None => SpecLifetime::Step,
-                    Some(Life::Span(first, last)) => SpecLifetime::Phases { first, last },
-                },
-                mode: s
-                    .mode
-                    .filter(|&m| m > 0)
-                    .map(|m| self.shared.mode_name(m).to_owned()),
-                shape_rule: s.size.rule(),
-                rounding: s.rounding,
-                recorded_steps: (s.recorded && s.life.is_some()).then_some(steps),
-            })
-            .collect();
-        SpecSet {
-            phases: self.shared.modes[0].phases.clone(),
-            modes: self.spec_modes(),
-            buffers,
-        }
+        self.shared.book.specs()
     }
 
     /// Whether requests are served from a plan.
@@ -609,7 +345,7 @@ impl<D: Device> Recorder<D> {
         // Read everything first, so that a failed read leaves the recorder
         // frozen and whole.
         let mut saved = Vec::new();
-        for (i, site) in self.shared.table.get_mut().sites.iter().enumerate() {
+        for (i, site) in self.shared.book.table_mut().sites.iter().enumerate() {
             if !site.is_persistent() {
                 continue;
             }
@@ -625,12 +361,16 @@ impl<D: Device> Recorder<D> {
         }
         self.shared.rng.set(frozen.arena.rng_state());
         self.frozen = None;
+        self.shared.book.rerecord();
         let pool = &self.shared.pool;
-        let table = self.shared.table.get_mut();
+        let pools = self.shared.pools.get_mut();
         for (i, data) in saved {
             pool.allocations.set(pool.allocations.get() + 1);
             pool.bytes.set(pool.bytes.get() + data.len() as u64 * 8);
-            table.sites[i].data = data;
+            if pools.len() <= i {
+                pools.resize_with(i + 1, Vec::new);
+            }
+            pools[i] = data;
         }
         Ok(())
     }
@@ -639,8 +379,8 @@ impl<D: Device> Recorder<D> {
         let index = buffer.id.index();
         let persistent = self
             .shared
-            .table
-            .borrow()
+            .book
+            .table()
             .sites
             .get(index)
             .is_some_and(Site::is_persistent);
@@ -703,7 +443,7 @@ impl<D: Device> Recorder<D> {
         len: usize,
     ) -> Result<()> {
         let index = self.check_handle(buffer)?;
-        let table = self.shared.table.borrow();
+        let table = self.shared.book.table();
         let site = &table.sites[index];
         let expected: usize = site.size.max().iter().product();
         if len != expected {
@@ -722,23 +462,20 @@ impl<D: Device> Recorder<D> {
     /// capacity holds them.
     fn pool_slice<T: Element>(&mut self, index: usize, len: usize) -> Result<&mut [T]> {
         let default = self.shared.config.default_rounding;
-        let site =
-            self.shared
-                .table
-                .get_mut()
-                .sites
-                .get_mut(index)
-                .ok_or(Error::ForeignHandle {
-                    index,
-                    owner: "recorder",
-                })?;
+        let table = self.shared.book.table();
+        let site = table.sites.get(index).ok_or(Error::ForeignHandle {
+            index,
+            owner: "recorder",
+        })?;
         let padded = site::padded(
             &site.name,
             site.size.max(),
             site.rounding.unwrap_or(default),
         )?;
         let capacity = padded.elements();
-        let all = bytemuck::cast_slice_mut::<u64, T>(&mut site.data);
+        let pools = self.shared.pools.get_mut();
+        let data = pools.get_mut(index).map_or(&mut [][..], Vec::as_mut_slice);
+        let all = bytemuck::cast_slice_mut::<u64, T>(data);
         if len > capacity || len > all.len() {
             return Err(Error::ViewTooLarge {
                 buffer: site.name.to_string(),
@@ -776,12 +513,12 @@ impl<D: Device> Recorder<D> {
     pub fn stats(&self) -> RecordStats {
         let pool = &self.shared.pool;
         RecordStats {
-            recorded_steps: self.recorded_steps,
+            recorded_steps: self.shared.book.recorded_steps(),
             learned_steps: self.learned_steps(),
             pool_requests: pool.requests.get(),
             pool_allocations: pool.allocations.get(),
             pool_bytes: pool.bytes.get(),
-            sites: self.shared.table.borrow().sites.len(),
+            sites: self.shared.book.len(),
             plans: self.plans,
             frozen: self.frozen.is_some(),
         }
@@ -810,9 +547,8 @@ impl<D: Device + Clone> Recorder<D> {
         if self.frozen.is_none() {
             let frozen = self.plan_and_reserve()?;
             self.plans += 1;
-            for site in self.shared.table.get_mut().sites.iter_mut() {
-                site.data = Vec::new();
-            }
+            self.shared.pools.get_mut().clear();
+            self.shared.book.freeze();
             self.shared.pool.bytes.set(0);
             self.frozen = Some(frozen);
         }
@@ -829,7 +565,8 @@ impl<D: Device + Clone> Recorder<D> {
         // The specs list the sized sites in table order; a site never sized
         // (opted in to per-dimension limits, never requested) has no buffer.
         let mut planned = declared.ids();
-        let table = self.shared.table.get_mut();
+        let table = self.shared.book.table();
+        let pools = self.shared.pools.borrow();
         let none = BufferId {
             planner: 0,
             index: u32::MAX,
@@ -844,9 +581,10 @@ impl<D: Device + Clone> Recorder<D> {
             })
             .collect();
         let mut arena = Arena::new(self.device.clone(), planner.plan()?)?;
-        for (site, &id) in table.sites.iter().zip(ids.iter()) {
+        for (i, (site, &id)) in table.sites.iter().zip(ids.iter()).enumerate() {
             if site.is_persistent() {
-                let bytes = bytemuck::cast_slice::<u64, u8>(&site.data);
+                let data = pools.get(i).map_or(&[][..], Vec::as_slice);
+                let bytes = bytemuck::cast_slice::<u64, u8>(data);
                 let n = arena.plan().buffer(id)?.bytes().min(bytes.len());
                 arena.write_bytes(id, &bytes[..n])?;
             }
@@ -860,7 +598,7 @@ impl<D: Device> std::fmt::Debug for Recorder<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recorder")
             .field("device", &self.device.name())
-            .field("modes", &self.shared.modes)
+            .field("modes", &self.shared.book.mode_names().collect::<Vec<_>>())
             .field("stats", &self.stats())
             .finish()
     }

@@ -1,6 +1,6 @@
 //! What a recorder knows about each site: its mode, element type, the
 //! shape its buffer must hold (by the site's shape rule), the phases it was
-//! alive in and, while recording, the host memory that serves it.
+//! alive in. Its memory, while recording, is the Rust recorder's own.
 
 use std::sync::Arc;
 
@@ -52,9 +52,6 @@ pub(crate) struct Site {
     pub recorded: bool,
     /// Requests served for the site while recording.
     pub requests: u64,
-    /// Recording pool memory of the site (taken out while leased). Sized in
-    /// `u64` words so that every element type is aligned.
-    pub data: Vec<u64>,
     /// A lease of the site is live.
     pub live: bool,
 }
@@ -71,7 +68,6 @@ impl Site {
             life: None,
             recorded: true,
             requests: 0,
-            data: Vec::new(),
             live: false,
         }
     }

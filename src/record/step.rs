@@ -2,7 +2,6 @@
 //! buffers by handle, phases of the step's mode.
 
 use super::lease::SiteLease;
-use super::rule::check_frozen_request;
 use super::shared_state::SharedState;
 use crate::arena::{Leases, Step, StepScope};
 use crate::device::Device;
@@ -68,31 +67,19 @@ impl<'r, D: Device> RecordStep<'r, D> {
         name: &str,
         shape: &[usize],
     ) -> Result<(Buffer<T>, usize)> {
-        let table = self.shared.table.borrow();
-        let Some(index) = table.find(self.mode, name) else {
-            if table.find_persistent(name).is_some() {
-                return Err(crate::arena::persistent_by_name(name, shape));
-            }
+        let plan = step.plan();
+        let (index, elements) =
+            self.shared
+                .book
+                .planned_request(self.mode, name, T::DTYPE, shape, |index| {
+                    // Sites cannot be added while frozen: every site has an id.
+                    let id = ids.get(index)?;
+                    plan.buffers().get(id.index())
+                })?;
+        // The book checked the element type: the id's.
+        let Some(buffer) = ids.get(index).copied().and_then(BufferId::typed::<T>) else {
             return Err(self.unrecorded(name));
         };
-        let site = &table.sites[index];
-        // Sites cannot be added while frozen, so every site has an id; one
-        // opted in to per-dimension limits but never sized has no buffer.
-        let Some(&id) = ids.get(index).filter(|_| site.size.is_sized()) else {
-            return Err(self.unrecorded(name));
-        };
-        let Some(buffer) = id.typed::<T>() else {
-            return Err(Error::DTypeMismatch {
-                buffer: name.to_owned(),
-                declared: id.dtype().name(),
-                requested: T::DTYPE.name(),
-            });
-        };
-        let Some(planned) = step.plan().buffers().get(id.index()) else {
-            return Err(self.unrecorded(name));
-        };
-        let mode = self.shared.mode_name(self.mode);
-        let elements = check_frozen_request(mode, shape, planned)?;
         Ok((buffer, elements))
     }
 
@@ -138,35 +125,16 @@ impl<'r, D: Device> RecordStep<'r, D> {
     /// [`Recorder::phase_in`](super::Recorder::phase_in)); phases only move
     /// forward. Leases dropped from now on count as used up to `phase`.
     pub fn enter(&self, phase: Phase) -> Result<()> {
-        let mode = self.shared.modes.get(usize::from(phase.mode));
-        let Some(mode) =
-            mode.filter(|m| phase.planner == self.shared.id && phase.index() < m.phases.len())
-        else {
+        if phase.planner != self.shared.id {
             return Err(Error::ForeignPhase {
                 index: phase.index(),
                 owner: "recorder",
             });
-        };
-        if phase.mode != self.mode {
-            return Err(Error::WrongMode {
-                what: "phase",
-                name: mode.phases[phase.index()].clone(),
-                mode: mode.name.clone(),
-                step_mode: self.shared.mode_name(self.mode).to_owned(),
-            });
         }
+        let book = &self.shared.book;
+        book.check_phase(self.mode, phase.mode, phase.index())?;
         match &self.frozen {
-            None => {
-                let current = self.shared.phase.get();
-                if phase.index() < current {
-                    return Err(Error::PhaseOrder {
-                        current: self.shared.phase_name().to_owned(),
-                        requested: mode.phases[phase.index()].clone(),
-                    });
-                }
-                self.shared.phase.set(phase.index());
-                Ok(())
-            }
+            None => book.enter(phase.mode, phase.index()),
             Some((step, _)) => step.enter(Phase {
                 planner: step.plan().id,
                 ..phase
@@ -177,7 +145,7 @@ impl<'r, D: Device> RecordStep<'r, D> {
     /// Name of the current phase (`"step"` when the mode has none).
     pub fn phase(&self) -> &str {
         match &self.frozen {
-            None => self.shared.phase_name(),
+            None => self.shared.book.phase_name(),
             Some((step, _)) => step.phase(),
         }
     }
