@@ -13,7 +13,7 @@ mod report;
 mod spec;
 
 pub use planned::{LifetimeKind, PlacementSummary, Plan, PlannedBuffer, PlannedMode};
-pub(crate) use planner::next_owner_id;
 pub use planner::{DEFAULT_MODE, DEFAULT_OFFSET_ALIGN, MIN_OFFSET_ALIGN, Planner, PlannerConfig};
+pub(crate) use planner::{new_mode_index, next_owner_id};
 pub use report::{BufferReport, ModeReport, PlanReport};
 pub use spec::{Buffer, BufferId, BufferSpec, Lifetime, Mode, Phase};

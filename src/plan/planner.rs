@@ -48,6 +48,27 @@ static NEXT_PLANNER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh identity for a planner or for anything that hands out phase and
 /// buffer handles of its own (a recorder), so handles never cross owners.
+/// The index a new mode `name` takes after `declared` modes (`taken`:
+/// whether one of them has that name): the checks every declaration of a
+/// mode makes, in the planner and in the recorder's
+/// [`SiteBook`](crate::record::SiteBook).
+pub(crate) fn new_mode_index(name: &str, taken: bool, declared: usize) -> Result<u16> {
+    if name.is_empty() {
+        return Err(Error::EmptyName);
+    }
+    if taken {
+        return Err(Error::DuplicateName {
+            name: name.to_owned(),
+        });
+    }
+    u16::try_from(declared).map_err(|_| Error::SizeOverflow {
+        buffer: name.to_owned(),
+        shape: Vec::new(),
+        what: "the number of modes",
+        limit: u64::from(u16::MAX),
+    })
+}
+
 pub(crate) fn next_owner_id() -> u64 {
     NEXT_PLANNER_ID.fetch_add(1, Ordering::Relaxed)
 }
@@ -184,20 +205,8 @@ impl Planner {
     /// # Ok::<(), tensor_arena::Error>(())
     /// ```
     pub fn mode(&mut self, name: &str) -> Result<Mode> {
-        if name.is_empty() {
-            return Err(Error::EmptyName);
-        }
-        if self.modes.iter().any(|m| m.name == name) {
-            return Err(Error::DuplicateName {
-                name: name.to_owned(),
-            });
-        }
-        let index = u16::try_from(self.modes.len()).map_err(|_| Error::SizeOverflow {
-            buffer: name.to_owned(),
-            shape: Vec::new(),
-            what: "the number of modes",
-            limit: u64::from(u16::MAX),
-        })?;
+        let taken = self.modes.iter().any(|m| m.name == name);
+        let index = new_mode_index(name, taken, self.modes.len())?;
         self.modes.push(ModeDecl::new(name));
         Ok(Mode {
             planner: self.id,

@@ -14,7 +14,7 @@ use super::site::{self, Life, Site, Table};
 use super::specs::{SpecEntry, SpecLifetime, SpecMode, SpecSet};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::plan::{DEFAULT_MODE, PlannedBuffer};
+use crate::plan::{DEFAULT_MODE, PlannedBuffer, new_mode_index};
 use crate::shape::{Dims, Rounding, Shape, ShapeRule};
 
 /// A mode of the recorder: its name and phases.
@@ -181,21 +181,9 @@ impl SiteBook {
 
     /// Declares a mode; returns its index (the default mode is 0).
     pub fn mode(&mut self, name: &str) -> Result<u16> {
-        if name.is_empty() {
-            return Err(Error::EmptyName);
-        }
-        if self.modes.iter().any(|m| m.name == name) {
-            return Err(Error::DuplicateName {
-                name: name.to_owned(),
-            });
-        }
+        let taken = self.modes.iter().any(|m| m.name == name);
+        let index = new_mode_index(name, taken, self.modes.len())?;
         self.check_not_frozen(name)?;
-        let index = u16::try_from(self.modes.len()).map_err(|_| Error::SizeOverflow {
-            buffer: name.to_owned(),
-            shape: Vec::new(),
-            what: "the number of modes",
-            limit: u64::from(u16::MAX),
-        })?;
         self.modes.push(ModeInfo {
             name: name.to_owned(),
             phases: Vec::new(),
