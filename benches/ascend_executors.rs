@@ -43,7 +43,7 @@ mod sim;
 #[allow(dead_code)]
 mod train;
 
-use backend::Backend;
+use backend::Setup;
 use tensor_arena::device::ascend::{AscendDevice, Op};
 use tensor_arena::{Arena, Buffer, Planner};
 

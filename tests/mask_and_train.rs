@@ -171,7 +171,7 @@ fn the_step_runs_on_the_simulated_npu_and_matches_the_host() -> tensor_arena::Re
     let s = sim();
     s.reset();
     let backend = ascend::AscendBackend::new(sim::config())?;
-    assert!(backend::Backend::describe(&backend).starts_with("ascend:0"));
+    assert!(backend::Setup::describe(&backend).starts_with("ascend:0"));
     let mut plan_text = String::new();
     let npu = train::train_on(&cfg, &backend, |e| {
         if let train::Event::Plan(p) = e {

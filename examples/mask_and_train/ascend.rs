@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell};
 use tensor_arena::device::ascend::{AscendConfig, AscendDevice, AscendRuntime, Op, TensorView};
 use tensor_arena::{Buffer, DType, Error, Result, Step};
 
-use crate::backend::{AdamSettings, Backend, L};
+use crate::backend::{AdamSettings, AscendMask, Compute, L, Setup};
 use crate::model::Sizes;
 
 pub struct AscendBackend {
@@ -104,7 +104,7 @@ fn t2<'a>(l: &'a L<'_, AscendDevice>, transpose: bool) -> Result<TensorView<'a>>
     if transpose { v.t() } else { Ok(v) }
 }
 
-impl Backend for AscendBackend {
+impl Setup for AscendBackend {
     type Dev = AscendDevice;
 
     fn device(&self) -> AscendDevice {
@@ -245,6 +245,11 @@ impl Backend for AscendBackend {
     fn bind_workspace(&self, workspace: Option<Buffer<u8>>) {
         self.workspace.set(workspace);
     }
+}
+
+/// Every operation an aclnn operator on the step's stream.
+impl<'a> Compute<Step<'a, AscendDevice>> for AscendBackend {
+    type Mask = AscendMask;
 
     fn upload(&self, dst: &mut L<'_, AscendDevice>, fill: impl FnOnce(&mut [f32])) -> Result<()> {
         let n = dst.len();

@@ -2,12 +2,12 @@
 //! written once against [`Compute`], generic over the step type
 //! ([`StepScope`]): the host computes each operation on slices of its slab
 //! or of the recorder's pool (this file), the Ascend backend runs a CANN
-//! aclnn operator on the device for each (`ascend.rs`, through
-//! [`Backend`]). The in-place kernels (bernoulli, mask, multiply, dropout)
+//! aclnn operator on the device for each (`ascend.rs`, implementing
+//! [`Compute`] for planned steps on the Ascend device). The in-place kernels (bernoulli, mask, multiply, dropout)
 //! are lease methods and run on whichever device holds the slab.
 
 use ndarray::Ix2;
-use tensor_arena::{HostDevice, Kernels, Lease, LeaseOf, LeaseOps, Result, Step, StepScope};
+use tensor_arena::{HostDevice, Kernels, Lease, LeaseOf, LeaseOps, Result, StepScope};
 
 use crate::model::Sizes;
 
@@ -28,125 +28,6 @@ pub struct AdamSettings {
     pub eps: f32,
 }
 
-/// A device backend that runs planned steps: every operation on the
-/// device, given the arena step (the Ascend backend, `ascend.rs`).
-pub trait Backend {
-    /// The device holding the arena.
-    type Dev: Kernels + Clone;
-
-    /// A handle to the device, for the arena.
-    fn device(&self) -> Self::Dev;
-
-    /// One line saying where the model runs.
-    fn describe(&self) -> String;
-
-    /// Device workspace the model's operators need at the largest shapes
-    /// (0: none). Declared in the plan, so steps allocate nothing.
-    fn workspace_bytes(&self, sizes: &Sizes) -> Result<usize>;
-
-    /// Tells the backend which planned buffer is its workspace.
-    fn bind_workspace(&self, workspace: Option<tensor_arena::Buffer<u8>>);
-
-    /// Writes `dst`'s values from the host: `fill` gets a slice of the
-    /// lease's length.
-    fn upload(&self, dst: &mut L<'_, Self::Dev>, fill: impl FnOnce(&mut [f32])) -> Result<()>;
-
-    /// Reads `src`'s values on the host.
-    fn download<R>(&self, src: &L<'_, Self::Dev>, read: impl FnOnce(&[f32]) -> R) -> Result<R>;
-
-    /// `out = op(a) · op(b)`, `op` transposing 2-D views when asked.
-    fn matmul(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        a: &L<'_, Self::Dev>,
-        ta: bool,
-        b: &L<'_, Self::Dev>,
-        tb: bool,
-        out: &mut L<'_, Self::Dev>,
-    ) -> Result<()>;
-
-    /// `h = relu(h + bias)`, `bias` broadcast over rows.
-    fn bias_relu(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        h: &mut L<'_, Self::Dev>,
-        bias: &L<'_, Self::Dev>,
-    ) -> Result<()>;
-
-    /// Mean pooling over each sample's real tokens: `h` (`[b·len, H]`) has
-    /// its padding rows zeroed by `tokmask` (1 real, 0 padding), then
-    /// `pooled[k] = Σ_t h[k, t] · inv_len[k]`.
-    #[allow(clippy::too_many_arguments)]
-    fn pool(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        h: &mut L<'_, Self::Dev>,
-        tokmask: &L<'_, Self::Dev>,
-        inv_len: &L<'_, Self::Dev>,
-        pooled: &mut L<'_, Self::Dev>,
-        len: usize,
-    ) -> Result<()>;
-
-    /// The gradient of `pool`: `dpooled[k] *= inv_len[k]`, then
-    /// `dh[k, t] = dpooled[k] · tokmask[k, t]`.
-    #[allow(clippy::too_many_arguments)]
-    fn unpool(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        dpooled: &mut L<'_, Self::Dev>,
-        tokmask: &L<'_, Self::Dev>,
-        inv_len: &L<'_, Self::Dev>,
-        dh: &mut L<'_, Self::Dev>,
-        len: usize,
-    ) -> Result<()>;
-
-    /// `logits += bias`, then `probs = softmax(logits)` by rows.
-    fn bias_softmax(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        logits: &mut L<'_, Self::Dev>,
-        bias: &L<'_, Self::Dev>,
-        probs: &mut L<'_, Self::Dev>,
-    ) -> Result<()>;
-
-    /// `x -= y`.
-    fn sub(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        x: &mut L<'_, Self::Dev>,
-        y: &L<'_, Self::Dev>,
-    ) -> Result<()>;
-
-    /// `out[j] = Σ_rows m[row, j]`.
-    fn column_sums(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        m: &L<'_, Self::Dev>,
-        out: &mut L<'_, Self::Dev>,
-    ) -> Result<()>;
-
-    /// `out = h > 0 ? 1 : 0`.
-    fn relu_mask(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        h: &L<'_, Self::Dev>,
-        out: &mut L<'_, Self::Dev>,
-    ) -> Result<()>;
-
-    /// One AdamW step of `w` from gradient `g`; `step` holds `t` (one f32).
-    #[allow(clippy::too_many_arguments)]
-    fn adam(
-        &self,
-        s: &Step<'_, Self::Dev>,
-        w: &mut L<'_, Self::Dev>,
-        m: &mut L<'_, Self::Dev>,
-        v: &mut L<'_, Self::Dev>,
-        g: &L<'_, Self::Dev>,
-        step: &L<'_, Self::Dev>,
-        a: &AdamSettings,
-    ) -> Result<()>;
-}
-
 /// What the training driver needs of a backend besides the step's
 /// operations: the device, a description, and the operators' workspace.
 pub trait Setup {
@@ -160,25 +41,6 @@ pub trait Setup {
     fn workspace_bytes(&self, sizes: &Sizes) -> Result<usize>;
     /// Tells the backend which planned buffer is its workspace.
     fn bind_workspace(&self, workspace: Option<tensor_arena::Buffer<u8>>);
-}
-
-impl<B: Backend> Setup for B
-where
-    B::Dev: 'static,
-{
-    type Dev = B::Dev;
-    fn device(&self) -> B::Dev {
-        Backend::device(self)
-    }
-    fn describe(&self) -> String {
-        Backend::describe(self)
-    }
-    fn workspace_bytes(&self, sizes: &Sizes) -> Result<usize> {
-        Backend::workspace_bytes(self, sizes)
-    }
-    fn bind_workspace(&self, workspace: Option<tensor_arena::Buffer<u8>>) {
-        Backend::bind_workspace(self, workspace)
-    }
 }
 
 /// The leased f32 buffer of step type `S`.
@@ -254,98 +116,6 @@ pub trait Compute<S: StepScope> {
         step: &T<'_, S>,
         a: &AdamSettings,
     ) -> Result<()>;
-}
-
-/// A device backend ([`Backend`], the Ascend one) runs planned steps.
-impl<'a, B: Backend> Compute<Step<'a, B::Dev>> for B {
-    type Mask = AscendMask;
-    fn upload(&self, dst: &mut L<'_, B::Dev>, fill: impl FnOnce(&mut [f32])) -> Result<()> {
-        Backend::upload(self, dst, fill)
-    }
-    fn download<R>(&self, src: &L<'_, B::Dev>, read: impl FnOnce(&[f32]) -> R) -> Result<R> {
-        Backend::download(self, src, read)
-    }
-    fn matmul(
-        &self,
-        s: &Step<'a, B::Dev>,
-        a: &L<'_, B::Dev>,
-        ta: bool,
-        b: &L<'_, B::Dev>,
-        tb: bool,
-        out: &mut L<'_, B::Dev>,
-    ) -> Result<()> {
-        Backend::matmul(self, s, a, ta, b, tb, out)
-    }
-    fn bias_relu(
-        &self,
-        s: &Step<'a, B::Dev>,
-        h: &mut L<'_, B::Dev>,
-        bias: &L<'_, B::Dev>,
-    ) -> Result<()> {
-        Backend::bias_relu(self, s, h, bias)
-    }
-    fn pool(
-        &self,
-        s: &Step<'a, B::Dev>,
-        h: &mut L<'_, B::Dev>,
-        tokmask: &L<'_, B::Dev>,
-        inv_len: &L<'_, B::Dev>,
-        pooled: &mut L<'_, B::Dev>,
-        len: usize,
-    ) -> Result<()> {
-        Backend::pool(self, s, h, tokmask, inv_len, pooled, len)
-    }
-    fn unpool(
-        &self,
-        s: &Step<'a, B::Dev>,
-        dpooled: &mut L<'_, B::Dev>,
-        tokmask: &L<'_, B::Dev>,
-        inv_len: &L<'_, B::Dev>,
-        dh: &mut L<'_, B::Dev>,
-        len: usize,
-    ) -> Result<()> {
-        Backend::unpool(self, s, dpooled, tokmask, inv_len, dh, len)
-    }
-    fn bias_softmax(
-        &self,
-        s: &Step<'a, B::Dev>,
-        logits: &mut L<'_, B::Dev>,
-        bias: &L<'_, B::Dev>,
-        probs: &mut L<'_, B::Dev>,
-    ) -> Result<()> {
-        Backend::bias_softmax(self, s, logits, bias, probs)
-    }
-    fn sub(&self, s: &Step<'a, B::Dev>, x: &mut L<'_, B::Dev>, y: &L<'_, B::Dev>) -> Result<()> {
-        Backend::sub(self, s, x, y)
-    }
-    fn column_sums(
-        &self,
-        s: &Step<'a, B::Dev>,
-        m: &L<'_, B::Dev>,
-        out: &mut L<'_, B::Dev>,
-    ) -> Result<()> {
-        Backend::column_sums(self, s, m, out)
-    }
-    fn relu_mask(
-        &self,
-        s: &Step<'a, B::Dev>,
-        h: &L<'_, B::Dev>,
-        out: &mut L<'_, B::Dev>,
-    ) -> Result<()> {
-        Backend::relu_mask(self, s, h, out)
-    }
-    fn adam(
-        &self,
-        s: &Step<'a, B::Dev>,
-        w: &mut L<'_, B::Dev>,
-        m: &mut L<'_, B::Dev>,
-        v: &mut L<'_, B::Dev>,
-        g: &L<'_, B::Dev>,
-        step: &L<'_, B::Dev>,
-        a: &AdamSettings,
-    ) -> Result<()> {
-        Backend::adam(self, s, w, m, v, g, step, a)
-    }
 }
 
 /// The host backend: every operation a loop over slices of the slab, or of

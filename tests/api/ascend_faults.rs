@@ -15,7 +15,7 @@
 use tensor_arena::device::ascend::AscendDevice;
 use tensor_arena::{Arena, Available, Error, Planner, Result};
 
-use crate::backend::Backend;
+use crate::backend::Setup;
 use crate::support::sim::{self, ACLNN_RUNTIME, AICORE_EXCEPTION, COPY_DATA, OOM, sim};
 use crate::{ascend, data, model, train};
 
