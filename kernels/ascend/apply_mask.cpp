@@ -96,20 +96,7 @@ private:
         const LocalTensor<uint8_t> bits = bitsBuf_.Get<uint8_t>();
         LocalTensor<T> z = outQueue_.AllocTensor<T>();
         MaskBits(bits, mask, n, m);
-        if constexpr (kIsFloat<T>) {
-            Muls(z, x, scale_, m);
-            PipeBarrier<PIPE_V>();
-            Select(z, bits, z, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
-        } else {
-            const LocalTensor<float> xf = xWork_.Get<float>();
-            Widen(xf, x, m);
-            PipeBarrier<PIPE_V>();
-            Muls(xf, xf, scale_, m);
-            PipeBarrier<PIPE_V>();
-            Select(xf, bits, xf, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
-            PipeBarrier<PIPE_V>();
-            Narrow(z, xf, m);
-        }
+        ScaleThroughMask(z, x, bits, xWork_, scale_, m);
         outQueue_.EnQue(z);
         xQueue_.FreeTensor(x);
         maskQueue_.FreeTensor(mask);

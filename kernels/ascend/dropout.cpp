@@ -60,20 +60,7 @@ private:
         const U32 mask = philox_.Generate(first_ + done, n);
         LocalTensor<T> x = inQueue_.DeQue<T>();
         LocalTensor<T> y = outQueue_.AllocTensor<T>();
-        if constexpr (kIsFloat<T>) {
-            Muls(y, x, scale_, m);
-            PipeBarrier<PIPE_V>();
-            Select(y, mask, y, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
-        } else {
-            const LocalTensor<float> work = workBuf_.Get<float>();
-            Widen(work, x, m);
-            PipeBarrier<PIPE_V>();
-            Muls(work, work, scale_, m);
-            PipeBarrier<PIPE_V>();
-            Select(work, mask, work, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
-            PipeBarrier<PIPE_V>();
-            Narrow(y, work, m);
-        }
+        ScaleThroughMask(y, x, mask, workBuf_, scale_, m);
         outQueue_.EnQue(y);
         inQueue_.FreeTensor(x);
     }

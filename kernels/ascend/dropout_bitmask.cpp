@@ -15,30 +15,6 @@ namespace ta {
 // Mask bytes of n elements.
 __aicore__ inline uint32_t MaskBytes(uint32_t n) { return (n + 7) / 8; }
 
-// x = keep ? x * scale : 0 through a bit mask, for m elements; halves in
-// float. Select reads the mask in 64-bit units for float: bits masks as
-// uint32 words.
-template <typename T>
-__aicore__ inline void ScaleThroughMask(const LocalTensor<T> &y, const LocalTensor<T> &x,
-                                        const LocalTensor<uint32_t> &bits, const TBuf<TPosition::VECCALC> &work,
-                                        float scale, uint32_t m)
-{
-    if constexpr (kIsFloat<T>) {
-        Muls(y, x, scale, m);
-        PipeBarrier<PIPE_V>();
-        Select(y, bits, y, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
-    } else {
-        const LocalTensor<float> w = work.Get<float>();
-        Widen(w, x, m);
-        PipeBarrier<PIPE_V>();
-        Muls(w, w, scale, m);
-        PipeBarrier<PIPE_V>();
-        Select(w, bits, w, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
-        PipeBarrier<PIPE_V>();
-        Narrow(y, w, m);
-    }
-}
-
 // Forward: dropout of x, and its keep mask into bits.
 template <typename T>
 class KernelDropoutBitmask {

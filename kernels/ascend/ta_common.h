@@ -92,6 +92,30 @@ __aicore__ inline void Narrow(const LocalTensor<T> &dst, const LocalTensor<float
 template <typename T>
 constexpr bool kIsFloat = IsSameType<T, float>::value;
 
+// y = keep ? x * scale : 0 for m elements, keep read from the Select mask
+// bits (uint8 bytes or uint32 words: bit i is element i); halves computed
+// in float in work (a VECCALC buffer of m floats, unused for float).
+template <typename T, typename Bits>
+__aicore__ inline void ScaleThroughMask(const LocalTensor<T> &y, const LocalTensor<T> &x,
+                                        const LocalTensor<Bits> &bits, const TBuf<TPosition::VECCALC> &work,
+                                        float scale, uint32_t m)
+{
+    if constexpr (kIsFloat<T>) {
+        Muls(y, x, scale, m);
+        PipeBarrier<PIPE_V>();
+        Select(y, bits, y, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
+    } else {
+        const LocalTensor<float> w = work.Get<float>();
+        Widen(w, x, m);
+        PipeBarrier<PIPE_V>();
+        Muls(w, w, scale, m);
+        PipeBarrier<PIPE_V>();
+        Select(w, bits, w, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
+        PipeBarrier<PIPE_V>();
+        Narrow(y, w, m);
+    }
+}
+
 } // namespace ta
 
 // Every kernel's extern "C" entry points, one per element type, come from
