@@ -4,7 +4,9 @@
 //! allocation fails only at a capacity.
 
 use proptest::prelude::*;
-use tensor_arena::caching::{BlockId, CachingAllocator, CachingConfig, GcThreshold, rules};
+use tensor_arena::caching::{
+    BlockId, CachingAllocator, CachingConfig, GcThreshold, Platform, rules,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -34,8 +36,9 @@ fn config() -> impl Strategy<Value = CachingConfig> {
         prop_oneof![Just(None), Just(Some(32 * MIB)), Just(Some(48 * MIB))],
         prop_oneof![Just(None), Just(Some(0.3)), Just(Some(0.8))],
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(cap, max_split, gc, expandable)| CachingConfig {
+        .prop_map(|(cap, max_split, gc, expandable, cuda)| CachingConfig {
             capacity: cap.map(|c| c * MIB),
             // torch_npu refuses expandable segments with either of these.
             max_split_size: if expandable { None } else { max_split },
@@ -45,6 +48,8 @@ fn config() -> impl Strategy<Value = CachingConfig> {
                 gc.map(|t| GcThreshold::new(t).unwrap())
             },
             expandable_segments: expandable,
+            // Both allocators keep the same invariants.
+            platform: if cuda { Platform::Cuda } else { Platform::Npu },
         })
 }
 
@@ -59,7 +64,7 @@ proptest! {
             match op {
                 Op::Malloc { size, stream } => match a.malloc_on(size, stream) {
                     Ok(id) => {
-                        prop_assert_eq!(a.block_size(id).map(|s| s >= rules::round_size(size)), Some(true));
+                        prop_assert_eq!(a.block_size(id).map(|s| s >= rules::round_size_for(config.platform, size)), Some(true));
                         live.push((id, size));
                     }
                     Err(oom) => {

@@ -214,7 +214,7 @@ fn default_report_shows_the_capacities_that_fail_above_the_smallest() {
     for want in [
         "smallest capacity that survives: 40.0 MiB",
         "out of memory again above it at (MiB): 44, 46, 48",
-        "safe from 50.0 MiB",
+        "safe from 50 MiB",
         "at the model's out-of-memory error (event 5):",
         "hard fragmentation 10.0 MiB, soft 0 B, stream 0 B",
         "the cause is hard fragmentation",

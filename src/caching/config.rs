@@ -75,10 +75,70 @@ impl std::fmt::Display for GcThreshold {
     }
 }
 
-/// Settings of the modelled allocator (`PYTORCH_NPU_ALLOC_CONF`).
+/// Which caching allocator the model follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    /// torch_npu's `NPUCachingAllocator.cpp`: a 32-byte ACL pad on every
+    /// request, large blocks of expandable segments 16 KiB aligned;
+    /// configured by `PYTORCH_NPU_ALLOC_CONF`.
+    #[default]
+    Npu,
+    /// PyTorch's `c10/cuda/CUDACachingAllocator.cpp`: no pad, no
+    /// alignment beyond 512 bytes; configured by `PYTORCH_CUDA_ALLOC_CONF`.
+    Cuda,
+}
+
+impl Platform {
+    /// The environment variable that carries the allocator's settings.
+    ///
+    /// ```
+    /// use tensor_arena::caching::Platform;
+    /// assert_eq!(Platform::Cuda.alloc_conf_var(), "PYTORCH_CUDA_ALLOC_CONF");
+    /// ```
+    pub fn alloc_conf_var(self) -> &'static str {
+        match self {
+            Platform::Npu => "PYTORCH_NPU_ALLOC_CONF",
+            Platform::Cuda => "PYTORCH_CUDA_ALLOC_CONF",
+        }
+    }
+
+    /// `"npu"` or `"cuda"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Npu => "npu",
+            Platform::Cuda => "cuda",
+        }
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Platform {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Platform> {
+        match s.to_ascii_lowercase().as_str() {
+            "npu" | "ascend" => Ok(Platform::Npu),
+            "cuda" | "gpu" => Ok(Platform::Cuda),
+            _ => Err(Error::InvalidArgument {
+                what: "platform",
+                value: s.to_owned(),
+                reason: "expected npu or cuda".to_owned(),
+            }),
+        }
+    }
+}
+
+/// Settings of the modelled allocator (`PYTORCH_NPU_ALLOC_CONF`, or
+/// `PYTORCH_CUDA_ALLOC_CONF` with [`Platform::Cuda`]).
 ///
 /// The default is torch_npu's default with expandable segments off and no
-/// device limit.
+/// device limit; [`CachingConfig::cuda`] is PyTorch's CUDA default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CachingConfig {
     /// Device memory available to the allocator; `None` is unlimited.
@@ -98,9 +158,39 @@ pub struct CachingConfig {
     /// `expandable_segments:True`: one segment per pool and stream that
     /// grows by mapping pages (2 MiB small, 20 MiB large).
     pub expandable_segments: bool,
+    /// The allocator modelled: torch_npu's (default) or PyTorch's CUDA one.
+    pub platform: Platform,
 }
 
 impl CachingConfig {
+    /// torch_npu's defaults (the same as [`CachingConfig::default`]).
+    pub fn npu() -> CachingConfig {
+        CachingConfig::default()
+    }
+
+    /// PyTorch's CUDA caching allocator with its defaults.
+    ///
+    /// ```
+    /// use tensor_arena::caching::{CachingAllocator, CachingConfig, Platform};
+    /// let c = CachingConfig::cuda();
+    /// assert_eq!(c.platform, Platform::Cuda);
+    /// let mut a = CachingAllocator::new(c);
+    /// let x = a.malloc(512 << 20)?;
+    /// assert_eq!(a.block_size(x), Some(512 << 20)); // no 32-byte pad
+    /// # Ok::<(), tensor_arena::caching::OutOfMemory>(())
+    /// ```
+    pub fn cuda() -> CachingConfig {
+        CachingConfig {
+            platform: Platform::Cuda,
+            ..CachingConfig::default()
+        }
+    }
+
+    /// The same settings for another platform.
+    pub fn on(self, platform: Platform) -> CachingConfig {
+        CachingConfig { platform, ..self }
+    }
+
     /// Reads an allocator setting string such as
     /// `"max_split_size_mb:128,garbage_collection_threshold:0.6"` or
     /// `"expandable_segments:True"`, with the checks torch_npu makes:
@@ -121,7 +211,22 @@ impl CachingConfig {
     /// # Ok::<(), tensor_arena::Error>(())
     /// ```
     pub fn from_alloc_conf(conf: &str) -> Result<CachingConfig> {
-        let mut config = CachingConfig::default();
+        CachingConfig::from_alloc_conf_on(Platform::Npu, conf)
+    }
+
+    /// [`CachingConfig::from_alloc_conf`] for `platform`'s variable
+    /// (`PYTORCH_CUDA_ALLOC_CONF` for [`Platform::Cuda`], whose allocator
+    /// allows expandable segments beside the other two options).
+    ///
+    /// ```
+    /// use tensor_arena::caching::{CachingConfig, Platform};
+    /// let both = "expandable_segments:True,max_split_size_mb:128";
+    /// assert!(CachingConfig::from_alloc_conf_on(Platform::Cuda, both).is_ok());
+    /// assert!(CachingConfig::from_alloc_conf_on(Platform::Npu, both).is_err());
+    /// # Ok::<(), tensor_arena::Error>(())
+    /// ```
+    pub fn from_alloc_conf_on(platform: Platform, conf: &str) -> Result<CachingConfig> {
+        let mut config = CachingConfig::default().on(platform);
         for item in conf.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, value) = item
                 .split_once(':')
@@ -170,11 +275,14 @@ impl CachingConfig {
     /// and expandable segments together with `max_split_size_mb` or
     /// `garbage_collection_threshold` ("cannot be enabled with
     /// `expandable_segments`, please set `expandable_segments` to `False`").
+    /// PyTorch's CUDA allocator ([`Platform::Cuda`]) accepts that
+    /// combination and refuses only the first.
     pub fn validate(&self) -> Result<()> {
         if let Some(bytes) = self.max_split_size {
             max_split_size_bytes(bytes >> 20)?;
         }
-        if self.expandable_segments
+        if self.platform == Platform::Npu
+            && self.expandable_segments
             && (self.max_split_size.is_some() || self.garbage_collection_threshold.is_some())
         {
             return Err(Error::InvalidAllocConf {

@@ -4,8 +4,10 @@
 //! ([`crate::diag`]) replay allocation traces to show fragmentation.
 //!
 //! Rules follow `torch_npu/csrc/core/npu/NPUCachingAllocator.cpp`
-//! (`DeviceCachingAllocator`): see [`rules`] for the sizes and
-//! [`CachingAllocator`] for the behaviour and what is left out.
+//! (`DeviceCachingAllocator`), or with [`Platform::Cuda`] PyTorch's
+//! `c10/cuda/CUDACachingAllocator.cpp`: see [`rules`] for the sizes and
+//! where the two differ, and [`CachingAllocator`] for the behaviour and
+//! what is left out.
 #![deny(unsafe_code, clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -22,7 +24,7 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
-pub use config::{CachingConfig, GcThreshold, max_split_size_bytes};
+pub use config::{CachingConfig, GcThreshold, Platform, max_split_size_bytes};
 pub use expand::UNLIMITED_DEVICE_BYTES;
 pub use layout::{BlockState, BlockView, SegmentView};
 pub use model::{BlockId, CachingAllocator, OutOfMemory};

@@ -7,9 +7,10 @@
 
 use super::block::{Block, Blocks, NONE, Pool};
 use super::config::CachingConfig;
+use super::config::Platform;
 use super::expand::ExpandableSegment;
 use super::rules::{K_ALIGN_ROUND_LARGE, K_MIN_BLOCK_SIZE, K_ROUND_LARGE, K_SMALL_SIZE};
-use super::rules::{allocation_size, is_small, round_size};
+use super::rules::{allocation_size, is_small, round_size_for};
 use super::stats::CachingStats;
 use crate::units::format_bytes;
 
@@ -183,7 +184,7 @@ impl CachingAllocator {
     /// Allocates `requested` bytes on `stream`. Freed blocks are reused only
     /// by the stream that allocated them, as in torch.
     pub fn malloc_on(&mut self, requested: u64, stream: u32) -> Result<BlockId, OutOfMemory> {
-        let size = round_size(requested);
+        let size = round_size_for(self.config.platform, requested);
         let small = is_small(size);
         let alloc_size = allocation_size(size);
         let mut found = self.get_free_block(small, stream, size);
@@ -209,7 +210,10 @@ impl CachingAllocator {
                 capacity: self.config.capacity,
             });
         };
-        if size >= K_ROUND_LARGE && self.config.expandable_segments {
+        if size >= K_ROUND_LARGE
+            && self.config.expandable_segments
+            && self.config.platform == Platform::Npu
+        {
             index = self.align_large_block(index, size);
         }
         let split = self.should_split(index, size);

@@ -1,6 +1,25 @@
 //! Size rules of the torch_npu caching allocator
 //! (`torch_npu/csrc/core/npu/NPUCachingAllocator.cpp` in Ascend/pytorch;
-//! `docs/ascend.md#torch_npu-caching-allocator-size-rules`).
+//! `docs/ascend.md#torch_npu-caching-allocator-size-rules`) and of
+//! PyTorch's CUDA caching allocator (`c10/cuda/CUDACachingAllocator.cpp`),
+//! which shares every constant here but the ACL pad and the 16 KiB
+//! alignment of large blocks in expandable segments.
+//!
+//! CUDA, as of torch 2.0 to 2.9: `kMinBlockSize` 512, `kSmallSize` 1 MiB,
+//! `kSmallBuffer` 2 MiB, `kLargeBuffer` 20 MiB, `kMinLargeAlloc` 10 MiB,
+//! `kRoundLarge` 2 MiB; `round_size` rounds up to 512 bytes with no pad
+//! (and by `roundup_power2_divisions` when set, which is not modelled);
+//! `should_split` keeps a remainder of at least 512 bytes in the small
+//! pool (and, from torch 2.1, in expandable segments) and of more than
+//! 1 MiB in the large pool, below `max_split_size`; expandable segments
+//! (torch 2.1 and later) map pages of `kSmallBuffer` / `kLargeBuffer`
+//! (`segment_size = pool->is_small ? kSmallBuffer : kLargeBuffer` in
+//! `get_expandable_segment`). The oversize rule of `get_free_block`
+//! (a block of `max_split_size` or more serves only requests less than
+//! `kLargeBuffer` smaller) is `max_non_split_rounding_size`, default
+//! `kLargeBuffer`, from torch 2.5.
+
+use super::config::Platform;
 
 /// Every block is rounded to at least 512 bytes.
 pub const K_MIN_BLOCK_SIZE: u64 = 512;
@@ -36,6 +55,29 @@ pub const MIN_MAX_SPLIT_SIZE_MB: u64 = K_LARGE_BUFFER >> 20;
 pub fn round_size(requested: u64) -> u64 {
     let padded = requested.saturating_add(ACL_PAD);
     padded.div_ceil(K_MIN_BLOCK_SIZE).max(1) * K_MIN_BLOCK_SIZE
+}
+
+/// Block size for a request under PyTorch's CUDA allocator: rounded up
+/// to a multiple of 512 bytes, with no pad (`round_size` in
+/// `CUDACachingAllocator.cpp` without `roundup_power2_divisions`).
+///
+/// ```
+/// use tensor_arena::caching::rules::cuda_round_size;
+/// assert_eq!(cuda_round_size(1), 512);
+/// assert_eq!(cuda_round_size(512), 512); // no pad
+/// assert_eq!(cuda_round_size(513), 1024);
+/// ```
+pub fn cuda_round_size(requested: u64) -> u64 {
+    requested.div_ceil(K_MIN_BLOCK_SIZE).max(1) * K_MIN_BLOCK_SIZE
+}
+
+/// Block size for a request on `platform`: [`round_size`] (torch_npu) or
+/// [`cuda_round_size`] (CUDA).
+pub fn round_size_for(platform: Platform, requested: u64) -> u64 {
+    match platform {
+        Platform::Npu => round_size(requested),
+        Platform::Cuda => cuda_round_size(requested),
+    }
 }
 
 /// Whether a block of `size` bytes (already rounded) comes from the small
@@ -94,6 +136,10 @@ mod tests {
         assert_eq!(allocation_size(10 << 20), 10 << 20);
         assert_eq!(allocation_size((10 << 20) + 512), 12 << 20);
         assert!(is_small(round_size((1 << 20) - 32)));
+        assert_eq!(cuda_round_size(0), 512);
+        assert_eq!(cuda_round_size(512 << 20), 512 << 20);
+        assert_eq!(round_size_for(Platform::Npu, 512 << 20), (512 << 20) + 512);
+        assert!(is_small(cuda_round_size(1 << 20)));
         assert!(!is_small(round_size((1 << 20) - 31)));
     }
 }

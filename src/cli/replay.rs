@@ -5,20 +5,22 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use tensor_arena::caching::{CachingConfig, GcThreshold, max_split_size_bytes};
+use tensor_arena::caching::{CachingConfig, GcThreshold, Platform, max_split_size_bytes};
 use tensor_arena::diag::{
-    DEFAULT_WINDOW, DiagnoseOptions, ReadOptions, SweepOptions, SyntheticConfig, Trace,
-    TraceFormat, diagnose, synthetic, timeline_svg,
+    DEFAULT_WINDOW, DiagnoseOptions, Overrides, ReadOptions, SweepOptions, SyntheticConfig, Trace,
+    TraceFormat, configure, diagnose, synthetic, timeline_svg,
 };
 use tensor_arena::units::parse_bytes;
 use tensor_arena::{Error, Result};
 
-/// Replay an allocation trace through a model of the torch_npu caching
-/// allocator and through the planner: peak reserved vs allocated, the
-/// smallest capacity that survives and the out-of-memory capacities above
-/// it, the gap split into hard / soft / stream fragmentation with the
-/// sites that pin it, and the arena's footprint; with --sweep, a grid of
-/// PYTORCH_NPU_ALLOC_CONF settings and a recommendation.
+/// Replay an allocation trace through a model of the torch_npu (or CUDA)
+/// caching allocator and through the planner: peak reserved vs allocated,
+/// the smallest capacity that survives and the out-of-memory capacities
+/// above it, the gap split into hard / soft / stream fragmentation with
+/// the sites that pin it, and the arena's footprint; with --sweep, a grid
+/// of PYTORCH_NPU_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF settings and a
+/// recommendation. For a memory snapshot, the platform, the settings and
+/// the capacity come from the snapshot unless flags give them.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// Trace file: a PyTorch / torch_npu memory snapshot pickle
@@ -31,16 +33,26 @@ pub struct ReplayArgs {
     #[arg(long, value_enum)]
     format: Option<Format>,
     /// Device whose trace to read from a snapshot (default: the one with
-    /// the most allocations).
+    /// the recorded out-of-memory error, else the one with the most
+    /// allocations and segments).
     #[arg(long)]
     device: Option<usize>,
-    /// Device memory for the model, e.g. `32GiB` (default: unlimited).
-    /// With a garbage-collection threshold it is also the allowed maximum
-    /// the threshold is a fraction of.
+    /// The caching allocator to model: `npu` (torch_npu) or `cuda`
+    /// (PyTorch's CUDACachingAllocator). Default: what the snapshot names
+    /// (its allocator_settings or stack frames), else npu.
+    #[arg(long, value_name = "PLATFORM", value_parser = platform)]
+    platform: Option<Platform>,
+    /// Device memory for the model, e.g. `32GiB` (default: for a snapshot
+    /// with a recorded out-of-memory error, the reserved bytes then plus
+    /// the device_free it reported; else unlimited). With a
+    /// garbage-collection threshold it is also the allowed maximum the
+    /// threshold is a fraction of.
     #[arg(long, value_name = "BYTES", value_parser = capacity)]
     capacity: Option<u64>,
-    /// The modelled allocator's settings as a PYTORCH_NPU_ALLOC_CONF value,
-    /// e.g. `max_split_size_mb:128,garbage_collection_threshold:0.6`.
+    /// The modelled allocator's settings as a PYTORCH_NPU_ALLOC_CONF (or
+    /// PYTORCH_CUDA_ALLOC_CONF) value, e.g.
+    /// `max_split_size_mb:128,garbage_collection_threshold:0.6` (default:
+    /// the snapshot's allocator_settings, else the defaults).
     #[arg(long, value_name = "CONF", conflicts_with_all = ["max_split_size_mb", "garbage_collection_threshold", "expandable_segments"])]
     alloc_conf: Option<String>,
     /// `max_split_size_mb` of the modelled allocator (more than 20).
@@ -104,9 +116,22 @@ fn capacity(text: &str) -> std::result::Result<u64, String> {
     })
 }
 
-fn config(args: &ReplayArgs) -> Result<CachingConfig> {
-    let mut config = match &args.alloc_conf {
-        Some(conf) => CachingConfig::from_alloc_conf(conf)?,
+fn platform(text: &str) -> std::result::Result<Platform, String> {
+    text.parse().map_err(|e: Error| e.to_string())
+}
+
+/// The settings the flags give, if any flag gives one, checked as
+/// `platform`'s allocator checks them.
+fn flag_settings(args: &ReplayArgs, platform: Platform) -> Result<Option<CachingConfig>> {
+    let given = args.alloc_conf.is_some()
+        || args.max_split_size_mb.is_some()
+        || args.garbage_collection_threshold.is_some()
+        || args.expandable_segments;
+    if !given {
+        return Ok(None);
+    }
+    let config = match &args.alloc_conf {
+        Some(conf) => CachingConfig::from_alloc_conf_on(platform, conf)?,
         None => CachingConfig {
             max_split_size: args
                 .max_split_size_mb
@@ -117,12 +142,10 @@ fn config(args: &ReplayArgs) -> Result<CachingConfig> {
                 .map(GcThreshold::new)
                 .transpose()?,
             expandable_segments: args.expandable_segments,
-            ..CachingConfig::default()
+            ..CachingConfig::default().on(platform)
         },
     };
-    config.capacity = args.capacity;
-    config.validate()?;
-    Ok(config)
+    Ok(Some(config))
 }
 
 /// Runs the subcommand.
@@ -133,7 +156,6 @@ pub fn run(args: ReplayArgs) -> Result<()> {
 /// What the subcommand prints (the report, or the JSON with `--json`),
 /// after writing the files it was asked for.
 pub fn output(args: ReplayArgs) -> Result<String> {
-    let config = config(&args)?;
     let trace = match (&args.trace, args.synthetic) {
         (_, Some(steps)) => synthetic(&SyntheticConfig {
             steps,
@@ -159,6 +181,19 @@ pub fn output(args: ReplayArgs) -> Result<String> {
             });
         }
     };
+    let platform = args
+        .platform
+        .or_else(|| trace.snapshot()?.platform.as_ref().map(|p| p.value))
+        .unwrap_or_default();
+    let settings = flag_settings(&args, platform)?;
+    let configured = configure(
+        &trace,
+        &Overrides {
+            platform: args.platform,
+            settings,
+            capacity: args.capacity,
+        },
+    )?;
     if let Some(out) = &args.save_trace {
         write(out, trace.to_csv().as_bytes())?;
     }
@@ -181,7 +216,8 @@ pub fn output(args: ReplayArgs) -> Result<String> {
     let d = diagnose(
         &trace,
         &DiagnoseOptions {
-            config,
+            config: configured.config,
+            configured: Some(configured),
             search_min_capacity: !args.no_search,
             window,
             top_sites: args.top,

@@ -106,7 +106,7 @@ impl<'t> Replayer<'t> {
                     live,
                 });
             }
-            step(trace, &mut model, &mut ids, *event);
+            step(trace, &mut model, &mut ids, at, *event);
             max_reserved = model.stats().reserved_bytes.current.max(max_reserved);
         }
         let stats = model.stats();
@@ -149,8 +149,8 @@ impl<'t> Replayer<'t> {
             }
             None => (CachingAllocator::new(config), HashMap::new(), 0),
         };
-        for event in &self.trace.events()[from..] {
-            if !step(self.trace, &mut model, &mut ids, *event) {
+        for (k, event) in self.trace.events()[from..].iter().enumerate() {
+            if !step(self.trace, &mut model, &mut ids, from + k, *event) {
                 return false;
             }
         }
@@ -253,8 +253,12 @@ fn step(
     trace: &Trace,
     model: &mut CachingAllocator,
     ids: &mut HashMap<usize, BlockId>,
+    at: usize,
     event: TraceEvent,
 ) -> bool {
+    if trace.releases_before(at) {
+        model.empty_cache();
+    }
     match event {
         TraceEvent::Alloc(i) => {
             let a = &trace.allocations()[i];

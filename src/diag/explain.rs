@@ -24,7 +24,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::trace::{Trace, TraceEvent};
-use crate::caching::rules::{allocation_size, round_size};
+use crate::caching::Platform;
+use crate::caching::rules::{allocation_size, round_size_for};
 use crate::caching::{BlockId, BlockState, CachingAllocator, CachingConfig, SegmentView};
 use crate::units::format_bytes;
 
@@ -42,6 +43,25 @@ pub struct SizeClass {
     pub blocks: usize,
     /// Their bytes.
     pub bytes: u64,
+}
+
+/// Free blocks of `sizes` by size class, the classes that hold any.
+pub(super) fn size_classes(sizes: impl Iterator<Item = u64>) -> Vec<SizeClass> {
+    let mut classes: Vec<SizeClass> = (0..=CLASS_ENDS.len())
+        .map(|k| SizeClass {
+            min: if k == 0 { 0 } else { CLASS_ENDS[k - 1] },
+            max: CLASS_ENDS.get(k).copied(),
+            blocks: 0,
+            bytes: 0,
+        })
+        .collect();
+    for size in sizes {
+        let k = CLASS_ENDS.partition_point(|&end| end <= size);
+        classes[k].blocks += 1;
+        classes[k].bytes += size;
+    }
+    classes.retain(|c| c.blocks > 0);
+    classes
 }
 
 /// An allocation site and the free bytes its live blocks pin.
@@ -143,6 +163,9 @@ pub fn explain_at(
     .min(trace.events().len());
     let mut request = request;
     for (at, e) in trace.events()[..upto].iter().enumerate() {
+        if trace.releases_before(at) {
+            model.empty_cache();
+        }
         match *e {
             TraceEvent::Alloc(i) => {
                 let a = &trace.allocations()[i];
@@ -150,7 +173,7 @@ pub fn explain_at(
                     ids.insert(i, id);
                 }
                 if at == event {
-                    request = Some(request_for(a.size, a.stream));
+                    request = Some(request_on(config.platform, a.size, a.stream));
                 }
             }
             TraceEvent::Free(i) => {
@@ -164,7 +187,7 @@ pub fn explain_at(
         && let Some(TraceEvent::Alloc(i)) = trace.events().get(event)
     {
         let a = &trace.allocations()[*i];
-        request = Some(request_for(a.size, a.stream));
+        request = Some(request_on(config.platform, a.size, a.stream));
         if let Ok(id) = model.malloc_on(a.size, a.stream) {
             // It fits after all (a capacity other than the one that failed).
             ids.insert(*i, id);
@@ -174,9 +197,16 @@ pub fn explain_at(
     explain_state(&model, trace, &owner, moment, event, request, top_sites)
 }
 
-/// The request that an allocation of `requested` bytes makes.
+/// The request that an allocation of `requested` bytes makes under
+/// torch_npu's rounding.
 pub fn request_for(requested: u64, stream: u32) -> Request {
-    let size = round_size(requested);
+    request_on(Platform::Npu, requested, stream)
+}
+
+/// The request that an allocation of `requested` bytes makes on
+/// `platform`.
+pub fn request_on(platform: Platform, requested: u64, stream: u32) -> Request {
+    let size = round_size_for(platform, requested);
     Request {
         requested,
         size,
@@ -315,7 +345,7 @@ fn explain_state(
         sites,
         summary: String::new(),
     };
-    e.summary = summary(&e);
+    e.summary = summary(&e, model.config().platform);
     e
 }
 
@@ -328,7 +358,7 @@ fn percent(part: u64, whole: u64) -> f64 {
 }
 
 /// The plain-language paragraph.
-fn summary(e: &Explanation) -> String {
+fn summary(e: &Explanation, platform: Platform) -> String {
     let b = format_bytes;
     let mut out = String::new();
     let failed = e.moment != Moment::PeakReserved;
@@ -403,9 +433,10 @@ fn summary(e: &Explanation) -> String {
             top.segments
         ));
     }
-    out.push_str(
-        " Replay the trace with --sweep to see which PYTORCH_NPU_ALLOC_CONF setting (max_split_size_mb, garbage_collection_threshold, expandable_segments) needs the least memory, and what a planned arena needs.",
-    );
+    out.push_str(&format!(
+        " Replay the trace with --sweep to see which {} setting (max_split_size_mb, garbage_collection_threshold, expandable_segments) needs the least memory, and what a planned arena needs.",
+        platform.alloc_conf_var()
+    ));
     out
 }
 

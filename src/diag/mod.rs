@@ -27,6 +27,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod capacity;
+mod configure;
 mod events;
 mod explain;
 #[cfg(feature = "pickle")]
@@ -43,13 +44,22 @@ mod trace;
 mod trace_plan;
 
 pub use capacity::{CAPACITY_STEP, CapacityScan, DEFAULT_WINDOW, capacity_scan, min_capacity};
+pub use configure::{Configured, Overrides, configure};
 pub use events::{ReadOptions, TraceFormat};
-pub use explain::{Explanation, Moment, Request, SiteShare, SizeClass, explain_at, request_for};
+pub use explain::{
+    Explanation, Moment, Request, SiteShare, SizeClass, explain_at, request_for, request_on,
+};
 #[cfg(feature = "plot")]
 pub use plot::timeline_svg;
 pub use replay::{ModelReplay, OomAt, Sample, downsample, fits, replay_model};
 pub use report::{DiagnoseOptions, Diagnosis, TraceSummary, diagnose};
-pub use sweep::{Recommendation, SweepOptions, SweepRow, sweep};
+pub use sweep::{
+    HEADROOM_FLOOR_BYTES, HEADROOM_FLOOR_FRACTION, Recommendation, SweepOptions, SweepRow,
+    headroom_floor, sweep, sweep_on,
+};
 pub use synthetic::{SyntheticConfig, synthetic};
-pub use trace::{Allocation, Recorded, RecordedOom, Trace, TraceBuilder, TraceEvent};
+pub use trace::{
+    Allocation, DeviceSummary, Recorded, RecordedOom, RecordedState, SnapshotInfo, Source,
+    StreamState, Trace, TraceBuilder, TraceEvent,
+};
 pub use trace_plan::{ArenaPlan, MAX_WINDOW, WHOLE_TRACE_LIMIT, intervals, place, plan_trace};

@@ -11,8 +11,9 @@
 //!   its list, and its memo slot is dropped (torch never refers to a trace
 //!   entry twice), so the dict itself does not stay in memory;
 //! - a stack frame (`filename`, `line`, `name`) becomes a [`Frame`];
-//! - a segment block (`address`, `size`, `state`) keeps only those fields,
-//!   its requested size and its site.
+//! - a segment block (`size`, `state`, and `address` from torch 2.1 or
+//!   `history` in torch 2.0) keeps only those fields, its requested size
+//!   and its site.
 //!
 //! Frames lists are shared between entries with the same stack (torch
 //! symbolises each distinct traceback once); each is reduced once to the
@@ -33,8 +34,8 @@ pub(super) enum V {
     None,
     Bool(bool),
     Int(i64),
-    /// A float (no field of a snapshot this reader uses is one).
-    Float,
+    /// A float (`garbage_collection_threshold` of `allocator_settings`).
+    Float(f64),
     Str(Rc<String>),
     Node(Rc<RefCell<Node>>),
     Tuple(Rc<Vec<V>>),
@@ -124,7 +125,9 @@ impl Event {
     }
 }
 
-/// A reduced segment block.
+/// A reduced segment block. torch 2.0 wrote no `address` (the reader
+/// derives it from the segment's) and kept the requested size and frames
+/// under `history`.
 #[derive(Debug, Clone)]
 pub(super) struct Block {
     pub address: Option<i64>,
@@ -154,8 +157,28 @@ const LIBRARY_PATHS: [&str; 6] = [
     "<frozen",
 ];
 
-/// The site a frames list names: the innermost frame outside library code
-/// (`file:line in function`), else the innermost frame.
+/// Whether a frame is Python source: C++ frames (recorded with
+/// `stacks="all"`, torch's default) name a `.cpp` / `.h` file, `??` or
+/// nothing.
+fn is_python(f: &Frame) -> bool {
+    f.filename.ends_with(".py") || f.filename.contains(".py:")
+}
+
+/// C++ frames that every stack recorded with `stacks="all"` starts with:
+/// the unwinder and the allocator itself, never the allocation site.
+const CPP_MACHINERY: [&str; 6] = [
+    "torch::unwind",
+    "torch::CapturedTraceback",
+    "gather_with_cpp",
+    "CachingAllocator",
+    "c10::",
+    "at::",
+];
+
+/// The site a frames list names: the innermost Python frame outside
+/// library code (`file:line in function`), else the innermost Python
+/// frame, else (a stack of C++ frames only) the innermost frame outside
+/// the unwinder and the allocator, else the innermost frame.
 fn pick_site(frames: &[V]) -> Option<Rc<String>> {
     let frames: Vec<Frame> = frames
         .iter()
@@ -167,10 +190,16 @@ fn pick_site(frames: &[V]) -> Option<Rc<String>> {
             _ => None,
         })
         .collect();
-    let user = frames.iter().find(|f| {
-        !f.filename.starts_with("??") && !LIBRARY_PATHS.iter().any(|p| f.filename.contains(p))
-    });
-    user.or(frames.first())
+    let user = frames
+        .iter()
+        .find(|f| is_python(f) && !LIBRARY_PATHS.iter().any(|p| f.filename.contains(p)));
+    user.or_else(|| frames.iter().find(|f| is_python(f)))
+        .or_else(|| {
+            frames
+                .iter()
+                .find(|f| !CPP_MACHINERY.iter().any(|m| f.name.contains(m)))
+        })
+        .or(frames.first())
         .map(|f| Rc::new(format!("{}:{} in {}", f.filename, f.line, f.name)))
 }
 
@@ -248,14 +277,21 @@ fn reduce(dict: &[(V, V)]) -> Reduced {
         }));
     }
     if let Some(state) = text(get(dict, "state"))
-        && get(dict, "address").is_some()
+        && get(dict, "size").is_some()
     {
+        // torch 2.0: `history` lists the block's allocations, the latest
+        // last, each with `addr`, `real_size` and `frames`.
+        let latest = get(dict, "history")
+            .map(V::items)
+            .and_then(|h| h.last().cloned());
+        let from_history = |key: &str| latest.as_ref().and_then(|h| h.field(key));
         return Reduced::Node(Node::Block(Block {
             address: int(get(dict, "address")),
             size: int(get(dict, "size")),
-            requested_size: int(get(dict, "requested_size")),
+            requested_size: int(get(dict, "requested_size"))
+                .or_else(|| int(from_history("real_size").as_ref())),
             allocated: state.starts_with("active"),
-            site: site_of(get(dict, "frames")),
+            site: site_of(get(dict, "frames")).or_else(|| site_of(from_history("frames").as_ref())),
         }));
     }
     Reduced::Keep
@@ -274,10 +310,44 @@ struct Machine<Rd> {
     memo: Vec<V>,
     /// Memo slot of each memoized container, to drop reduced entries.
     slot_of: FxHashMap<*const RefCell<Node>, u32>,
+    hints: PlatformHints,
+}
+
+/// Stack frames that name one allocator or the other: evidence of the
+/// platform a snapshot was recorded on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct PlatformHints {
+    /// Frames in CUDA code (`CUDACachingAllocator.cpp`, `c10::cuda::`,
+    /// `torch/cuda/`).
+    pub cuda: u64,
+    /// Frames in torch_npu code (`torch_npu`, `c10_npu::`,
+    /// `NPUCachingAllocator`).
+    pub npu: u64,
+}
+
+impl PlatformHints {
+    fn count(&mut self, f: &Frame) {
+        let (file, name) = (f.filename.as_str(), f.name.as_str());
+        if file.contains("torch_npu") || name.contains("c10_npu") || file.contains("NPUCaching") {
+            self.npu += 1;
+        } else if file.contains("CUDACaching")
+            || file.contains("/torch/cuda/")
+            || name.contains("c10::cuda::")
+        {
+            self.cuda += 1;
+        }
+    }
 }
 
 /// Reads one pickle from `input` and returns its top value.
+#[cfg(test)]
 pub(super) fn read<Rd: Read>(input: Rd) -> R<V> {
+    read_snapshot(input).map(|(v, _)| v)
+}
+
+/// Reads one pickle from `input`: its top value and the platform its
+/// stack frames point at.
+pub(super) fn read_snapshot<Rd: Read>(input: Rd) -> R<(V, PlatformHints)> {
     let mut m = Machine {
         input,
         buf: vec![0u8; 1 << 16].into_boxed_slice(),
@@ -288,8 +358,10 @@ pub(super) fn read<Rd: Read>(input: Rd) -> R<V> {
         marks: Vec::new(),
         memo: Vec::new(),
         slot_of: FxHashMap::default(),
+        hints: PlatformHints::default(),
     };
-    m.run()
+    let top = m.run()?;
+    Ok((top, m.hints))
 }
 
 fn node(n: Node) -> V {
@@ -497,7 +569,12 @@ impl<Rd: Read> Machine<Rd> {
                         self.forget(child);
                         continue;
                     }
-                    Reduced::Node(n) => *child.borrow_mut() = n,
+                    Reduced::Node(n) => {
+                        if let Node::Frame(f) = &n {
+                            self.hints.count(f);
+                        }
+                        *child.borrow_mut() = n;
+                    }
                     Reduced::Keep => {}
                 }
             }
@@ -591,12 +668,12 @@ impl<Rd: Read> Machine<Rd> {
                 b'G' => {
                     let mut b = [0u8; 8];
                     self.exact(&mut b)?;
-                    self.stack.push(V::Float);
+                    self.stack.push(V::Float(f64::from_be_bytes(b)));
                 }
                 b'F' => {
                     let l = self.line()?;
                     self.stack
-                        .push(l.trim().parse::<f64>().map_or(V::Opaque, |_| V::Float));
+                        .push(l.trim().parse::<f64>().map_or(V::Opaque, V::Float));
                 }
                 0x8c => {
                     let n = self.uint(1)?;
@@ -850,6 +927,27 @@ impl V {
 
     pub(super) fn as_int(&self) -> Option<i64> {
         int(Some(self))
+    }
+
+    pub(super) fn as_float(&self) -> Option<f64> {
+        match self {
+            V::Float(x) => Some(*x),
+            V::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+
+    pub(super) fn as_str(&self) -> Option<Rc<String>> {
+        text(Some(self))
+    }
+
+    /// The key/value pairs of a dict.
+    pub(super) fn entries(&self) -> Vec<(V, V)> {
+        let V::Node(n) = self else { return Vec::new() };
+        match &*n.borrow() {
+            Node::Dict(d) => d.clone(),
+            _ => Vec::new(),
+        }
     }
 
     /// The reduced segment block, if this is one.

@@ -99,6 +99,9 @@ pub fn replay_model(trace: &Trace, config: CachingConfig, timeline: bool) -> Mod
     let mut oom = None;
     let mut replayed = 0;
     for (at, event) in trace.events().iter().enumerate() {
+        if trace.releases_before(at) {
+            model.empty_cache();
+        }
         match *event {
             TraceEvent::Alloc(i) => {
                 let a = &trace.allocations()[i];
@@ -164,7 +167,10 @@ fn oom_at(event: usize, allocation: usize, e: &OutOfMemory, model: &CachingAlloc
 pub fn fits(trace: &Trace, config: CachingConfig) -> bool {
     let mut model = CachingAllocator::new(config);
     let mut ids: Vec<Option<BlockId>> = vec![None; trace.allocations().len()];
-    for event in trace.events() {
+    for (at, event) in trace.events().iter().enumerate() {
+        if trace.releases_before(at) {
+            model.empty_cache();
+        }
         match *event {
             TraceEvent::Alloc(i) => {
                 let a = &trace.allocations()[i];

@@ -7,10 +7,11 @@ use std::fmt;
 use serde::Serialize;
 
 use super::capacity::{CapacityScan, DEFAULT_WINDOW, capacity_scan};
+use super::configure::Configured;
 use super::explain::{Explanation, Moment, Request, explain_at};
 use super::replay::{ModelReplay, Sample, downsample, replay_model};
-use super::sweep::{Recommendation, SweepOptions, SweepRow, sweep};
-use super::trace::Trace;
+use super::sweep::{Recommendation, SweepOptions, SweepRow, sweep_on};
+use super::trace::{RecordedState, SnapshotInfo, Trace};
 use super::trace_plan::{ArenaPlan, plan_trace};
 use crate::caching::CachingConfig;
 use crate::caching::rules::allocation_size;
@@ -32,6 +33,9 @@ pub struct DiagnoseOptions {
     pub top_sites: usize,
     /// The settings sweep to run, if any.
     pub sweep: Option<SweepOptions>,
+    /// Where `config` came from ([`configure`](super::configure)), to
+    /// report beside it.
+    pub configured: Option<Configured>,
 }
 
 impl Default for DiagnoseOptions {
@@ -43,6 +47,7 @@ impl Default for DiagnoseOptions {
             timeline_points: 1000,
             top_sites: 5,
             sweep: None,
+            configured: None,
         }
     }
 }
@@ -66,6 +71,42 @@ pub struct TraceSummary {
     pub recorded_ooms: Option<usize>,
     /// Whether allocation sites were recorded (snapshot frames).
     pub sites: bool,
+}
+
+/// A recorded point of the reserved-bytes curve and the model's value
+/// there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Divergence {
+    /// Alloc/free events replayed before the point.
+    pub event: usize,
+    /// Reserved bytes the recording reports.
+    pub recorded: u64,
+    /// Reserved bytes in the model.
+    pub modelled: u64,
+}
+
+/// The model's reserved bytes held to the recorded segment events.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RecordedComparison {
+    /// Peak reserved bytes of the recording (segment events).
+    pub recorded_peak_reserved: u64,
+    /// Peak reserved bytes of the model's replay.
+    pub modelled_peak_reserved: u64,
+    /// `modelled / recorded`.
+    pub ratio: f64,
+    /// Reserved bytes before the first event: what the recording started
+    /// with, and what the model holds after placing the allocations made
+    /// before it.
+    pub recorded_initial_reserved: u64,
+    /// Recorded points compared.
+    pub points: usize,
+    /// Points where the two differ.
+    pub differing_points: usize,
+    /// The first point where they differ.
+    pub first_divergence: Option<Divergence>,
+    /// The first point where they differ by more than 1% of the recorded
+    /// value.
+    pub first_divergence_over_1pct: Option<Divergence>,
 }
 
 /// The result of [`diagnose`].
@@ -98,6 +139,75 @@ pub struct Diagnosis {
     /// The setting the sweep recommends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recommendation: Option<Recommendation>,
+    /// Where the model's settings came from, when resolved by
+    /// [`configure`](super::configure).
+    pub configuration: Option<Configured>,
+    /// What the snapshot said beside its trace (snapshots only).
+    pub snapshot: Option<SnapshotInfo>,
+    /// The model held to the recorded segment events, where the trace has
+    /// them.
+    pub recorded_vs_model: Option<RecordedComparison>,
+}
+
+/// Compares the model's timeline with the recorded reserved bytes.
+fn compare(trace: &Trace, model: &ModelReplay) -> Option<RecordedComparison> {
+    let recorded = trace.recorded()?;
+    if recorded.reserved.is_empty() {
+        return None;
+    }
+    let curve = recorded.curve();
+    let recorded_peak = curve.iter().map(|&(_, v)| v).max().unwrap_or(0);
+    // The last recorded value for each event index, against the model
+    // after that event (its segment is made while serving it).
+    let mut points: Vec<(usize, u64)> = Vec::new();
+    for &(at, v) in &recorded.reserved {
+        match points.last_mut() {
+            Some(last) if last.0 == at => last.1 = v,
+            _ => points.push((at, v)),
+        }
+    }
+    let modelled_at = |at: usize| {
+        model
+            .timeline
+            .get(at)
+            .or(model.timeline.last())
+            .map_or(0, |s| s.reserved)
+    };
+    let replayed = model.timeline.len();
+    let mut differing = 0;
+    let (mut first, mut first_1pct) = (None, None);
+    let mut compared = 0;
+    for &(at, v) in points.iter().filter(|&&(at, _)| at < replayed) {
+        compared += 1;
+        let m = modelled_at(at);
+        if m != v {
+            differing += 1;
+            let d = Divergence {
+                event: at,
+                recorded: v,
+                modelled: m,
+            };
+            first.get_or_insert(d);
+            if m.abs_diff(v) as f64 > 0.01 * v as f64 {
+                first_1pct.get_or_insert(d);
+            }
+        }
+    }
+    let modelled_peak = model.stats.reserved_bytes.peak;
+    Some(RecordedComparison {
+        recorded_peak_reserved: recorded_peak,
+        modelled_peak_reserved: modelled_peak,
+        ratio: if recorded_peak == 0 {
+            0.0
+        } else {
+            modelled_peak as f64 / recorded_peak as f64
+        },
+        recorded_initial_reserved: recorded.initial_reserved,
+        points: compared,
+        differing_points: differing,
+        first_divergence: first,
+        first_divergence_over_1pct: first_1pct,
+    })
 }
 
 /// Replays `trace` through the model and plans it for the arena; scans
@@ -170,7 +280,7 @@ pub fn diagnose(trace: &Trace, options: &DiagnoseOptions) -> Result<Diagnosis> {
     }
     let (sweep_rows, recommendation) = match &options.sweep {
         Some(s) => {
-            let (rows, rec) = sweep(trace, s, arena.slab_bytes)?;
+            let (rows, rec) = sweep_on(trace, s, config.platform, arena.slab_bytes)?;
             (Some(rows), Some(rec))
         }
         None => (None, None),
@@ -187,7 +297,6 @@ pub fn diagnose(trace: &Trace, options: &DiagnoseOptions) -> Result<Diagnosis> {
             sites: trace.has_sites(),
         },
         arena_min_capacity: arena.slab_bytes,
-        model,
         arena,
         model_min_capacity: scan.as_ref().map(|s| s.min_capacity),
         capacity_scan: scan,
@@ -196,6 +305,10 @@ pub fn diagnose(trace: &Trace, options: &DiagnoseOptions) -> Result<Diagnosis> {
         recorded_reserved: recorded.map(|r| r.curve()),
         sweep: sweep_rows,
         recommendation,
+        configuration: options.configured.clone(),
+        snapshot: trace.snapshot().cloned(),
+        recorded_vs_model: compare(trace, &model),
+        model,
     })
 }
 
@@ -213,15 +326,44 @@ impl fmt::Display for Diagnosis {
             t.streams,
             format_bytes(t.peak_live_requested)
         )?;
+        if let Some(snap) = &self.snapshot {
+            write_snapshot(f, snap)?;
+        }
         let c = &m.config;
         let cap = c.capacity.map_or("unlimited".to_owned(), format_bytes);
         let conf = c.to_alloc_conf();
         writeln!(
             f,
-            "  model: capacity {cap}, PYTORCH_NPU_ALLOC_CONF=\"{conf}\"{}",
+            "  model: {} caching allocator, capacity {cap}, {}=\"{conf}\"{}",
+            match c.platform {
+                crate::caching::Platform::Npu => "torch_npu",
+                crate::caching::Platform::Cuda => "CUDA",
+            },
+            c.platform.alloc_conf_var(),
             if conf.is_empty() { " (defaults)" } else { "" }
         )?;
+        if let Some(cf) = &self.configuration {
+            writeln!(
+                f,
+                "    platform {}: {}",
+                cf.platform.value, cf.platform.source
+            )?;
+            writeln!(f, "    settings: {}", cf.alloc_conf.source)?;
+            writeln!(f, "    capacity: {}", cf.capacity.source)?;
+        }
         writeln!(f)?;
+        if let Some(snap) = self.snapshot.as_ref().filter(|s| s.state_only) {
+            write_state(
+                f,
+                &snap.state,
+                "recorded state (the snapshot holds no trace of allocations)",
+            )?;
+            writeln!(
+                f,
+                "  the model's figures below re-pack these live blocks; they are not the recorded layout"
+            )?;
+            writeln!(f)?;
+        }
         let min_model = self.model_min_capacity.map_or("-".to_owned(), format_bytes);
         let rows: [(&str, String, String); 7] = [
             (
@@ -309,6 +451,14 @@ impl fmt::Display for Diagnosis {
             a.windows,
             a.long_lived
         )?;
+        if let Some(r) = &self.recorded_vs_model {
+            writeln!(f)?;
+            write_comparison(f, r)?;
+        }
+        if let Some(snap) = self.snapshot.as_ref().filter(|s| !s.state_only) {
+            writeln!(f)?;
+            write_state(f, &snap.state, "recorded state when the snapshot was taken")?;
+        }
         if let Some(scan) = &self.capacity_scan {
             writeln!(f)?;
             write_scan(f, scan)?;
@@ -322,6 +472,133 @@ impl fmt::Display for Diagnosis {
             write_sweep(f, rows, rec)?;
         }
         Ok(())
+    }
+}
+
+fn write_snapshot(f: &mut fmt::Formatter<'_>, s: &SnapshotInfo) -> fmt::Result {
+    writeln!(f, "  snapshot: {}", s.layout)?;
+    let others: Vec<String> = s
+        .devices
+        .iter()
+        .filter(|d| d.device != s.device)
+        .map(|d| {
+            format!(
+                "{} ({} segment(s), {} reserved, {} allocation(s){})",
+                d.device,
+                d.segments,
+                format_bytes(d.reserved),
+                d.allocs,
+                if d.ooms > 0 {
+                    format!(", {} out-of-memory error(s)", d.ooms)
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect();
+    writeln!(f, "  device {} ({})", s.device, s.device_reason)?;
+    if !others.is_empty() {
+        writeln!(
+            f,
+            "  other devices (read one with --device N): {}",
+            others.join("; ")
+        )?;
+    }
+    if s.untraced_live_blocks > 0 && !s.state_only {
+        writeln!(
+            f,
+            "  {} live block(s) of the state predate the trace; the model places them first",
+            s.untraced_live_blocks
+        )?;
+    }
+    for n in &s.notes {
+        writeln!(f, "  note: {n}")?;
+    }
+    Ok(())
+}
+
+fn write_state(f: &mut fmt::Formatter<'_>, s: &RecordedState, title: &str) -> fmt::Result {
+    let b = format_bytes;
+    writeln!(f, "  {title}:")?;
+    writeln!(
+        f,
+        "    reserved {} in {} segment(s), allocated {} in {} block(s) ({} requested), free in the cache {}, largest free block {}",
+        b(s.reserved),
+        s.segments,
+        b(s.allocated),
+        s.allocated_blocks,
+        b(s.requested),
+        b(s.free),
+        b(s.largest_free_block)
+    )?;
+    if !s.free_by_size.is_empty() {
+        let classes: Vec<String> = s
+            .free_by_size
+            .iter()
+            .map(|c| {
+                let range = match c.max {
+                    Some(max) => format!("{}-{}", b(c.min), b(max)),
+                    None => format!(">= {}", b(c.min)),
+                };
+                format!("{range}: {} in {}", b(c.bytes), c.blocks)
+            })
+            .collect();
+        writeln!(f, "    free blocks by size: {}", classes.join("; "))?;
+    }
+    if s.streams.len() > 1 {
+        for st in &s.streams {
+            writeln!(
+                f,
+                "    stream {:#x}: reserved {} in {} segment(s), allocated {}, free {}, largest free block {}",
+                st.stream,
+                b(st.reserved),
+                st.segments,
+                b(st.allocated),
+                b(st.free),
+                b(st.largest_free_block)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn write_comparison(f: &mut fmt::Formatter<'_>, r: &RecordedComparison) -> fmt::Result {
+    let b = format_bytes;
+    writeln!(
+        f,
+        "  reserved, recorded vs model: peak {} recorded, {} modelled (ratio {:.4}); the recording started with {}",
+        b(r.recorded_peak_reserved),
+        b(r.modelled_peak_reserved),
+        r.ratio,
+        b(r.recorded_initial_reserved)
+    )?;
+    match (&r.first_divergence, &r.first_divergence_over_1pct) {
+        (None, _) => writeln!(
+            f,
+            "    the model matches all {} recorded segment events",
+            r.points
+        ),
+        (Some(d), over) => {
+            writeln!(
+                f,
+                "    {} of {} recorded points differ; the first at event {}: {} recorded, {} modelled",
+                r.differing_points,
+                r.points,
+                d.event,
+                b(d.recorded),
+                b(d.modelled)
+            )?;
+            match over {
+                Some(o) => writeln!(
+                    f,
+                    "    first difference over 1%: event {}: {} recorded, {} modelled",
+                    o.event,
+                    b(o.recorded),
+                    b(o.modelled)
+                ),
+                None => writeln!(f, "    none differs by more than 1%"),
+            }
+        }
     }
 }
 
@@ -359,9 +636,9 @@ fn write_scan(f: &mut fmt::Formatter<'_>, scan: &CapacityScan) -> fmt::Result {
         )?;
         writeln!(
             f,
-            "    safe from {} (every capacity from there to {} survives)",
-            format_bytes(scan.safe_capacity),
-            format_bytes(scan.window_top)
+            "    safe from {} MiB (every capacity from there to {} MiB survives)",
+            scan.safe_capacity >> 20,
+            scan.window_top >> 20
         )
     }
 }
@@ -425,7 +702,7 @@ fn write_sweep(f: &mut fmt::Formatter<'_>, rows: &[SweepRow], rec: &Recommendati
     writeln!(
         f,
         "  {:<56} {:>12} {:>12} {:>12}  out of memory above the smallest (MiB)",
-        "PYTORCH_NPU_ALLOC_CONF", "peak reserv.", "smallest", "safe"
+        rec.variable, "peak reserv.", "smallest", "safe"
     )?;
     for r in rows {
         let conf = if r.conf.is_empty() {
@@ -451,9 +728,16 @@ fn write_sweep(f: &mut fmt::Formatter<'_>, rows: &[SweepRow], rec: &Recommendati
     writeln!(f, "  recommended: {}", rec.export)?;
     writeln!(
         f,
-        "  headroom above the peak allocated: {} ({:.1}%)",
+        "  headroom above the peak allocated: {} ({} bytes, {:.1}% of the peak allocated, {:.1}% of the peak reserved){}",
         format_bytes(rec.headroom_bytes),
-        100.0 * rec.headroom_fraction
+        rec.headroom_bytes,
+        100.0 * rec.headroom_fraction,
+        100.0 * rec.headroom_of_peak_reserved,
+        if rec.below_floor {
+            format!(": below the {} floor", format_bytes(rec.headroom_floor))
+        } else {
+            String::new()
+        }
     )?;
     writeln!(f, "  {}", rec.message)
 }

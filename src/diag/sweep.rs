@@ -1,4 +1,5 @@
-//! Replaying a trace under a grid of `PYTORCH_NPU_ALLOC_CONF` settings and
+//! Replaying a trace under a grid of `PYTORCH_NPU_ALLOC_CONF` (or
+//! `PYTORCH_CUDA_ALLOC_CONF`) settings and
 //! recommending the one that needs the least memory.
 //!
 //! The grid combines `max_split_size_mb` values, `garbage_collection_threshold`
@@ -13,7 +14,7 @@ use serde::Serialize;
 
 use super::capacity::{CapacityScan, DEFAULT_WINDOW, Replayer};
 use super::trace::Trace;
-use crate::caching::{CachingConfig, GcThreshold, max_split_size_bytes};
+use crate::caching::{CachingConfig, GcThreshold, Platform, max_split_size_bytes};
 use crate::error::Result;
 use crate::units::format_bytes;
 
@@ -58,6 +59,11 @@ impl SweepOptions {
     /// # Ok::<(), tensor_arena::Error>(())
     /// ```
     pub fn settings(&self) -> Result<Vec<CachingConfig>> {
+        self.settings_on(Platform::Npu)
+    }
+
+    /// [`SweepOptions::settings`] for `platform`'s allocator.
+    pub fn settings_on(&self, platform: Platform) -> Result<Vec<CachingConfig>> {
         let splits = self
             .max_split_size_mb
             .iter()
@@ -68,11 +74,12 @@ impl SweepOptions {
             .iter()
             .map(|&t| GcThreshold::new(t))
             .collect::<Result<Vec<GcThreshold>>>()?;
-        let mut grid = vec![CachingConfig::default()];
+        let base = CachingConfig::default().on(platform);
+        let mut grid = vec![base];
         let with = |split: Option<u64>, gc: Option<GcThreshold>| CachingConfig {
             max_split_size: split,
             garbage_collection_threshold: gc,
-            ..CachingConfig::default()
+            ..base
         };
         grid.extend(splits.iter().map(|&s| with(Some(s), None)));
         grid.extend(gcs.iter().map(|&g| with(None, Some(g))));
@@ -82,7 +89,7 @@ impl SweepOptions {
         if self.expandable_segments {
             grid.push(CachingConfig {
                 expandable_segments: true,
-                ..CachingConfig::default()
+                ..base
             });
         }
         grid.dedup();
@@ -130,19 +137,58 @@ pub struct Recommendation {
     pub headroom_fraction: f64,
     /// The planned arena's slab for the same trace.
     pub arena_slab_bytes: u64,
+    /// The variable the setting goes in (`PYTORCH_NPU_ALLOC_CONF` or
+    /// `PYTORCH_CUDA_ALLOC_CONF`).
+    pub variable: String,
+    /// `headroom_bytes` as a share of the recommended setting's peak
+    /// reserved bytes with no device limit.
+    pub headroom_of_peak_reserved: f64,
+    /// The floor below which the headroom is within the model's error
+    /// ([`headroom_floor`]).
+    pub headroom_floor: u64,
+    /// Whether the headroom is below that floor: the message says so.
+    pub below_floor: bool,
     /// The recommendation in a sentence or two.
     pub message: String,
 }
 
-/// Runs the sweep (see the module docs) and recommends a setting;
-/// `arena_slab_bytes` is the planned arena's slab for the same trace, for
-/// the comparison in the message.
+/// The least fragmentation headroom, as a share of the peak allocated
+/// bytes, that a recommendation is made without a warning: the model
+/// reproduces recorded peaks to within 1% (docs/replay.md), so a smaller
+/// margin is within its error.
+pub const HEADROOM_FLOOR_FRACTION: f64 = 0.01;
+
+/// The least fragmentation headroom in bytes that a recommendation is
+/// made without a warning (the default scan window).
+pub const HEADROOM_FLOOR_BYTES: u64 = DEFAULT_WINDOW;
+
+/// The headroom floor for a run whose peak allocated bytes are
+/// `peak_allocated`: the larger of [`HEADROOM_FLOOR_FRACTION`] of it and
+/// [`HEADROOM_FLOOR_BYTES`].
+pub fn headroom_floor(peak_allocated: u64) -> u64 {
+    ((peak_allocated as f64 * HEADROOM_FLOOR_FRACTION) as u64).max(HEADROOM_FLOOR_BYTES)
+}
+
+/// Runs the sweep (see the module docs) on torch_npu's allocator and
+/// recommends a setting; `arena_slab_bytes` is the planned arena's slab
+/// for the same trace, for the comparison in the message.
 pub fn sweep(
     trace: &Trace,
     options: &SweepOptions,
     arena_slab_bytes: u64,
 ) -> Result<(Vec<SweepRow>, Recommendation)> {
-    let grid = options.settings()?;
+    sweep_on(trace, options, Platform::Npu, arena_slab_bytes)
+}
+
+/// [`sweep`] on `platform`'s allocator: the recommendation names its
+/// variable (`PYTORCH_NPU_ALLOC_CONF` or `PYTORCH_CUDA_ALLOC_CONF`).
+pub fn sweep_on(
+    trace: &Trace,
+    options: &SweepOptions,
+    platform: Platform,
+    arena_slab_bytes: u64,
+) -> Result<(Vec<SweepRow>, Recommendation)> {
+    let grid = options.settings_on(platform)?;
     let rows: Vec<SweepRow> = grid
         .iter()
         .map(|&config| {
@@ -159,8 +205,8 @@ pub fn sweep(
     let recommendation = match best {
         Some((r, config)) => recommend(&r, config, arena_slab_bytes),
         None => recommend(
-            &row(CachingConfig::default(), 0, 0, empty_scan()),
-            CachingConfig::default(),
+            &row(CachingConfig::default().on(platform), 0, 0, empty_scan()),
+            CachingConfig::default().on(platform),
             arena_slab_bytes,
         ),
     };
@@ -203,11 +249,14 @@ fn recommend(r: &SweepRow, config: CachingConfig, arena: u64) -> Recommendation 
     } else {
         headroom as f64 / r.peak_allocated as f64
     };
+    let variable = config.platform.alloc_conf_var();
     let export = if r.conf.is_empty() {
-        "unset PYTORCH_NPU_ALLOC_CONF".to_owned()
+        format!("unset {variable}")
     } else {
-        format!("export PYTORCH_NPU_ALLOC_CONF={}", r.conf)
+        format!("export {variable}={}", r.conf)
     };
+    let floor = headroom_floor(r.peak_allocated);
+    let below_floor = headroom < floor;
     let b = format_bytes;
     let mut message = format!(
         "a planned arena of {} ({arena} bytes) leaves no stranded memory; the best allocator setting needs {} ({} bytes): {} of fragmentation headroom above the {} peak allocated ({:.1}%).",
@@ -218,10 +267,19 @@ fn recommend(r: &SweepRow, config: CachingConfig, arena: u64) -> Recommendation 
         b(r.peak_allocated),
         100.0 * fraction
     );
+    if below_floor {
+        message.push_str(&format!(
+            " That headroom is below the floor of {} (the larger of {:.0}% of the peak allocated and {}), within the model's error: treat the setting as a candidate to measure, not as a margin to rely on.",
+            b(floor),
+            100.0 * HEADROOM_FLOOR_FRACTION,
+            b(HEADROOM_FLOOR_BYTES)
+        ));
+    }
     if config.garbage_collection_threshold.is_some() {
-        message.push_str(
-            " garbage_collection_threshold acts only with a memory fraction below 1: set torch_npu.npu.set_per_process_memory_fraction (or per_process_memory_fraction) so that the allowed memory is this capacity.",
-        );
+        message.push_str(match config.platform {
+            Platform::Npu => " garbage_collection_threshold acts only with a memory fraction below 1: set torch_npu.npu.set_per_process_memory_fraction (or per_process_memory_fraction) so that the allowed memory is this capacity.",
+            Platform::Cuda => " garbage_collection_threshold acts only with a memory fraction below 1: set torch.cuda.set_per_process_memory_fraction so that the allowed memory is this capacity.",
+        });
     }
     Recommendation {
         conf: r.conf.clone(),
@@ -231,6 +289,14 @@ fn recommend(r: &SweepRow, config: CachingConfig, arena: u64) -> Recommendation 
         headroom_bytes: headroom,
         headroom_fraction: fraction,
         arena_slab_bytes: arena,
+        variable: variable.to_owned(),
+        headroom_of_peak_reserved: if r.peak_reserved == 0 {
+            0.0
+        } else {
+            headroom as f64 / r.peak_reserved as f64
+        },
+        headroom_floor: floor,
+        below_floor,
         message,
     }
 }

@@ -7,6 +7,9 @@ use std::hash::Hash;
 
 use serde::Serialize;
 
+use super::explain::SizeClass;
+use crate::caching::{CachingConfig, Platform};
+
 /// One allocation of a trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Allocation {
@@ -60,6 +63,114 @@ pub struct RecordedOom {
     pub device_free: u64,
 }
 
+/// One device of a memory snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct DeviceSummary {
+    /// Device index.
+    pub device: usize,
+    /// Segments in the snapshot's state.
+    pub segments: usize,
+    /// Their bytes.
+    pub reserved: u64,
+    /// Bytes in their allocated blocks.
+    pub allocated: u64,
+    /// `alloc` entries in its trace.
+    pub allocs: usize,
+    /// Segment entries in its trace (`segment_alloc`, `segment_free`,
+    /// `segment_map`, `segment_unmap`).
+    pub segment_events: usize,
+    /// `oom` entries in its trace.
+    pub ooms: usize,
+}
+
+/// The free and allocated memory of one stream in a recorded state.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct StreamState {
+    /// The stream as the snapshot numbers it (a `cudaStream_t` /
+    /// `aclrtStream` value; 0 is the default stream).
+    pub stream: i64,
+    /// Segments of the stream.
+    pub segments: usize,
+    /// Bytes reserved.
+    pub reserved: u64,
+    /// Bytes in allocated blocks.
+    pub allocated: u64,
+    /// Bytes in free (cached) blocks.
+    pub free: u64,
+    /// Its largest free block.
+    pub largest_free_block: u64,
+}
+
+/// The allocator's state as the snapshot's `segments` record it, read as
+/// recorded (not replayed).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct RecordedState {
+    /// Segments.
+    pub segments: usize,
+    /// Bytes reserved: the segments' `total_size`.
+    pub reserved: u64,
+    /// Bytes in allocated blocks (`active_*` states), rounded sizes.
+    pub allocated: u64,
+    /// Bytes those blocks' requests asked for.
+    pub requested: u64,
+    /// Allocated blocks.
+    pub allocated_blocks: usize,
+    /// Bytes in free blocks: the cache.
+    pub free: u64,
+    /// The largest free block.
+    pub largest_free_block: u64,
+    /// Free blocks by size class (classes that hold any).
+    pub free_by_size: Vec<SizeClass>,
+    /// Per stream, in order of the stream value.
+    pub streams: Vec<StreamState>,
+}
+
+/// Where one setting of the diagnosis came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Source<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from: `"flag --..."`, `"snapshot: ..."` or
+    /// `"default: ..."`.
+    pub source: String,
+}
+
+/// What a memory snapshot says beside its trace: its layout, its devices
+/// and which one was read, the platform and allocator settings it was
+/// recorded with, and its recorded state.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct SnapshotInfo {
+    /// The layout read: `"torch >= 2.1"` (blocks with `address`) or
+    /// `"torch 2.0"` (blocks with `history`), with or without a trace.
+    pub layout: String,
+    /// The device read.
+    pub device: usize,
+    /// Why that device.
+    pub device_reason: String,
+    /// Every device with segments or trace entries.
+    pub devices: Vec<DeviceSummary>,
+    /// The platform the snapshot names, and how it names it.
+    pub platform: Option<Source<Platform>>,
+    /// The allocator settings of `allocator_settings`, on the snapshot's
+    /// platform (or torch_npu's where it names none).
+    pub settings: Option<Source<CachingConfig>>,
+    /// Device memory available to the allocator when the recorded
+    /// out-of-memory error happened: the reserved bytes then plus the
+    /// `device_free` the error reported.
+    pub capacity: Option<Source<u64>>,
+    /// The state recorded in `segments`, for the device read.
+    pub state: RecordedState,
+    /// Whether the trace holds no allocations: the state is all there is,
+    /// and the model's layout of its blocks is a re-packing, not the
+    /// recorded one.
+    pub state_only: bool,
+    /// Live blocks of the state that the trace does not allocate (made
+    /// before the recording started); the model places them at its start.
+    pub untraced_live_blocks: usize,
+    /// What was read but not modelled, or looked odd.
+    pub notes: Vec<String>,
+}
+
 impl Recorded {
     /// The reserved-bytes curve: `(0, initial_reserved)` then every change.
     pub fn curve(&self) -> Vec<(usize, u64)> {
@@ -92,6 +203,11 @@ pub struct Trace {
     pub(super) recorded: Option<Recorded>,
     /// Interned allocation sites (from snapshot frames).
     pub(super) sites: Vec<String>,
+    /// Event indices before which the cache was released (`empty_cache`,
+    /// or the release before a retry), ascending.
+    pub(super) releases: Vec<usize>,
+    /// What the snapshot said beside its trace.
+    pub(super) snapshot: Option<Box<SnapshotInfo>>,
     /// Site of each allocation, an index into `sites` or [`NO_SITE`].
     pub(super) site_of: Vec<u32>,
 }
@@ -132,6 +248,25 @@ impl Trace {
     pub fn site(&self, index: usize) -> Option<&str> {
         let s = *self.site_of.get(index)?;
         self.sites.get(s as usize).map(String::as_str)
+    }
+
+    /// Event indices before which the recording released its cache
+    /// (a burst of `segment_free` / `segment_unmap` entries: `empty_cache()`
+    /// or a release before a retry), ascending; an index equal to the
+    /// number of events is a release at the end. Every replay releases
+    /// the model's cache there too.
+    pub fn releases(&self) -> &[usize] {
+        &self.releases
+    }
+
+    /// Whether the cache is released before event `at`.
+    pub fn releases_before(&self, at: usize) -> bool {
+        self.releases.binary_search(&at).is_ok()
+    }
+
+    /// What the memory snapshot said beside its trace (snapshots only).
+    pub fn snapshot(&self) -> Option<&SnapshotInfo> {
+        self.snapshot.as_deref()
     }
 
     /// Whether any allocation has a recorded site.
@@ -195,6 +330,8 @@ pub struct TraceBuilder<K> {
     sites: Vec<String>,
     site_index: HashMap<String, u32>,
     site_of: Vec<u32>,
+    releases: Vec<usize>,
+    snapshot: Option<Box<SnapshotInfo>>,
 }
 
 impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
@@ -210,7 +347,23 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
             sites: Vec::new(),
             site_index: HashMap::new(),
             site_of: Vec::new(),
+            releases: Vec::new(),
+            snapshot: None,
         }
+    }
+
+    /// Records that the cache is released (`empty_cache()`) before the
+    /// next event.
+    pub fn empty_cache(&mut self) {
+        let at = self.events.len();
+        if self.releases.last() != Some(&at) {
+            self.releases.push(at);
+        }
+    }
+
+    /// Attaches what a memory snapshot said beside its trace.
+    pub fn set_snapshot(&mut self, info: SnapshotInfo) {
+        self.snapshot = Some(Box::new(info));
     }
 
     fn push(&mut self, size: u64, stream: u32) -> usize {
@@ -371,6 +524,8 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
             recorded,
             sites,
             site_of,
+            releases: self.releases.into_iter().map(|r| r + shift).collect(),
+            snapshot: self.snapshot,
         }
     }
 }
