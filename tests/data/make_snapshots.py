@@ -126,6 +126,47 @@ def two_devices():
     return {"segments": [], "device_traces": [d0, d1]}
 
 
+def three_devices_oom():
+    """Three devices as a multi-GPU run leaves them: device 0 makes the
+    most allocations, device 1 runs out of memory (its oom entry reports
+    2 MiB free on the device), device 2 has segments but an empty trace.
+    allocator_settings names PYTORCH_CUDA_ALLOC_CONF, as torch >= 2.1
+    writes it."""
+    d0 = [entry("alloc", 0x1000 + 0x1000 * k, 4096) for k in range(5)]
+    base = 0x7F0000000000
+    d1 = [
+        entry("segment_alloc", base, 20 * MIB),
+        entry("alloc", base, 8 * MIB),
+        entry("alloc", base + 8 * MIB, 8 * MIB),
+        entry("oom", 2 * MIB, 30 * MIB),
+    ]
+    blocks1 = [
+        block(base, 8 * MIB, 8 * MIB, "active_allocated"),
+        block(base + 8 * MIB, 8 * MIB, 8 * MIB, "active_allocated"),
+        block(base + 16 * MIB, 4 * MIB, 0, "inactive"),
+    ]
+    blocks2 = [
+        block(0x7E0000000000, 2 * MIB, 2 * MIB, "active_allocated"),
+        block(0x7E0000000000 + 2 * MIB, 18 * MIB, 0, "inactive"),
+    ]
+    segments = [
+        segment(0x10000, 2 * MIB, [block(0x10000, 5 * 4096, 5 * 4096, "inactive")], large=False),
+        segment(base, 20 * MIB, blocks1, device=1),
+        segment(0x7E0000000000, 20 * MIB, blocks2, device=2),
+    ]
+    settings = {
+        "PYTORCH_CUDA_ALLOC_CONF": "",
+        "max_split_size": -1,
+        "garbage_collection_threshold": 0.0,
+        "expandable_segments": False,
+    }
+    return {
+        "segments": segments,
+        "device_traces": [d0, d1, []],
+        "allocator_settings": settings,
+    }
+
+
 def sites_snapshot():
     """An out-of-memory snapshot as torch_npu writes it with
     OOM_SNAPSHOT_ENABLE=1, with stack frames shared the way torch shares
@@ -179,6 +220,7 @@ def main():
         # An old protocol, to check the reader does not depend on one.
         "snapshot_two_devices.pickle": (two_devices(), 2),
         "not_a_snapshot.pickle": ([1, 2, 3], pickle.DEFAULT_PROTOCOL),
+        "snapshot_three_devices_oom.pickle": (three_devices_oom(), pickle.DEFAULT_PROTOCOL),
     }
     for name, (obj, protocol) in files.items():
         with open(os.path.join(HERE, name), "wb") as f:
