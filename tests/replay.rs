@@ -726,3 +726,51 @@ fn gzip_oom_snapshot_with_sites_is_explained() -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+fn recorded_cache_releases_are_replayed() {
+    use tensor_arena::diag::TraceBuilder;
+    let build = |release: bool| {
+        let mut b = TraceBuilder::<u64>::new("t");
+        b.alloc(1, 30 << 20, 0).unwrap();
+        b.free(&1).unwrap();
+        if release {
+            b.empty_cache();
+            b.empty_cache(); // a burst counts once
+        }
+        b.alloc(2, 40 << 20, 0).unwrap();
+        b.finish()
+    };
+    let (with, without) = (build(true), build(false));
+    assert_eq!(with.releases(), &[2]);
+    assert!(with.releases_before(2) && !with.releases_before(1));
+    let peak = |t: &Trace| {
+        replay_model(t, CachingConfig::cuda(), false)
+            .stats
+            .reserved_bytes
+            .peak
+    };
+    // The freed 30 MiB segment goes back to the device before the 40 MiB
+    // request, as empty_cache() did in the recording.
+    assert_eq!(peak(&with), 40 << 20);
+    assert_eq!(peak(&without), 70 << 20);
+    // The capacity scan replays the release too: 40 MiB is enough.
+    assert!(tensor_arena::diag::fits(
+        &with,
+        CachingConfig {
+            capacity: Some(40 << 20),
+            ..CachingConfig::cuda()
+        }
+    ));
+    let at_60 = CachingConfig {
+        capacity: Some(60 << 20),
+        ..CachingConfig::cuda()
+    };
+    // Without it, the model releases the cache itself only after the
+    // device refuses the segment: a retry the recording did not make.
+    assert_eq!(replay_model(&with, at_60, false).stats.num_alloc_retries, 0);
+    assert_eq!(
+        replay_model(&without, at_60, false).stats.num_alloc_retries,
+        1
+    );
+}

@@ -23,6 +23,7 @@ def _flags(
     garbage_collection_threshold=None,
     expandable_segments=False,
     device=None,
+    platform=None,
     format=None,
     window=None,
     top=None,
@@ -44,6 +45,7 @@ def _flags(
     if expandable_segments:
         out.append("--expandable-segments")
     add("--device", device)
+    add("--platform", platform)
     add("--format", format)
     add("--window", window)
     add("--top", top)
@@ -93,6 +95,7 @@ def replay(trace=None, *, name="snapshot.pickle", **options):
     ``options`` are the command's flags in Python form: ``capacity`` (bytes or
     ``"60GiB"``), ``alloc_conf``, ``max_split_size_mb``,
     ``garbage_collection_threshold``, ``expandable_segments``, ``device``,
+    ``platform`` (``"npu"`` or ``"cuda"``; default: what a snapshot names),
     ``format`` (``"csv"``, ``"jsonl"``, ``"snapshot"``), ``window``, ``top``,
     ``search`` (False: ``--no-search``), ``svg``, ``save_trace``,
     ``synthetic`` (steps, instead of a trace) and ``seed``. ``name`` is the file
@@ -104,7 +107,7 @@ def replay(trace=None, *, name="snapshot.pickle", **options):
 
 def sweep(trace=None, *, max_split_mb=None, gc=None, name="snapshot.pickle", **options):
     """:func:`replay` with ``--sweep``: the grid of ``PYTORCH_NPU_ALLOC_CONF``
-    settings and the recommendation (``result["sweep"]``,
+    (or, on CUDA, ``PYTORCH_CUDA_ALLOC_CONF``) settings and the recommendation (``result["sweep"]``,
     ``result["recommendation"]``). ``max_split_mb`` and ``gc`` replace the grid's
     ``max_split_size_mb`` values and ``garbage_collection_threshold`` values."""
     extra = ["--sweep", "--json"]

@@ -101,3 +101,85 @@ def test_the_console_script_is_the_command(console_script, binary, csv_trace):
         ours = subprocess.run([console_script, *args], capture_output=True, text=True)
         theirs = subprocess.run([binary, *args], capture_output=True, text=True)
         assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout), args
+
+
+def _independent(path):
+    """The state and the recorded reserved peak of a snapshot, read with Python's pickle."""
+    import gzip
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        snapshot = pickle.load(f)
+    return snapshot
+
+
+def _state(snapshot, device):
+    segments = [s for s in snapshot.get("segments", []) if s["device"] == device]
+    blocks = [b for s in segments for b in s["blocks"]]
+    live = [b for b in blocks if b["state"].startswith("active")]
+    free = [b["size"] for b in blocks if not b["state"].startswith("active")]
+    return {
+        "segments": len(segments),
+        "reserved": sum(s["total_size"] for s in segments),
+        "allocated": sum(b["size"] for b in live),
+        "allocated_blocks": len(live),
+        "free": sum(free),
+        "largest_free_block": max(free, default=0),
+    }
+
+
+def _recorded_peak(snapshot, device):
+    traces = snapshot.get("device_traces", [])
+    trace = traces[device] if device < len(traces) else []
+    entries = [e for e in trace if e["action"].startswith("segment_")]
+    if not entries:
+        return None
+    running = peak = 0
+    for e in entries:
+        running += e["size"] if e["action"] in ("segment_alloc", "segment_map") else -e["size"]
+        peak = max(peak, running)
+    end = sum(s["total_size"] for s in snapshot["segments"] if s["device"] == device)
+    return end - running + peak
+
+
+def test_public_snapshots_match_pythons_own_reading(data):
+    paths = sorted((data / "snapshots").glob("*.pickle.gz"))
+    assert len(paths) >= 3
+    for path in paths:
+        snapshot = _independent(path)
+        ours = ta.replay(path, search=False)
+        snap = ours["snapshot"]
+        state = _state(snapshot, snap["device"])
+        assert {k: snap["state"][k] for k in state} == state, path.name
+        peak = _recorded_peak(snapshot, snap["device"])
+        if peak is None:
+            assert ours["recorded_vs_model"] is None
+        else:
+            r = ours["recorded_vs_model"]
+            assert r["recorded_peak_reserved"] == peak
+            assert abs(ours["model"]["stats"]["reserved_bytes"]["peak"] / peak - 1) <= 0.01, path.name
+        if "allocator_settings" in snapshot:
+            assert ours["configuration"]["platform"]["value"] == "cuda"
+            assert ours["model"]["config"]["platform"] == "cuda"
+
+
+def test_a_live_cuda_snapshot_dict_configures_the_model(data):
+    snapshot = _independent(data / "snapshots" / "cs336_silmont2000_mem_snapshot.pickle.gz")
+    ours = ta.replay(snapshot, name="mem_snapshot.pickle", search=False)
+    assert ours["configuration"]["alloc_conf"]["source"].startswith("snapshot: allocator_settings")
+    npu = ta.replay(snapshot, name="mem_snapshot.pickle", search=False, platform="npu")
+    assert npu["model"]["config"]["platform"] == "npu"
+    assert npu["configuration"]["platform"]["source"] == "flag --platform"
+    # torch_npu's 32-byte pad needs bigger segments than the CUDA run recorded.
+    assert npu["model"]["stats"]["reserved_bytes"]["peak"] > ours["model"]["stats"]["reserved_bytes"]["peak"]
+    rec = ta.sweep(snapshot, name="mem_snapshot.pickle", max_split_mb=[128], gc=[0.8])["recommendation"]
+    assert rec["variable"] == "PYTORCH_CUDA_ALLOC_CONF"
+    assert "PYTORCH_CUDA_ALLOC_CONF" in rec["export"]
+    assert rec["below_floor"] == (rec["headroom_bytes"] < rec["headroom_floor"])
+
+
+def test_the_oom_device_is_read_by_default(data):
+    ours = ta.replay(data / "snapshot_three_devices_oom.pickle", search=False)
+    assert ours["snapshot"]["device"] == 1
+    assert any(e["moment"] == "recorded_out_of_memory" for e in ours["explain"])
+    assert ours["configuration"]["capacity"]["value"] == 22 << 20

@@ -1024,4 +1024,72 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn torch_2_0_blocks_keep_their_history_and_cpp_frames_are_skipped() {
+        // pickle.dumps([{"size": 1024, "state": "active_allocated",
+        //   "requested_size": 1000, "history": [{"addr": 4096, "real_size": 1000,
+        //   "frames": [unwind (??), CUDACachingAllocator.cpp malloc,
+        //              /x/model.py:3 fwd]}]},
+        //  {"size": 512, "requested_size": 0, "state": "inactive"}], protocol=4)
+        let bytes: &[u8] = b"\x80\x04\x95b\x01\x00\x00\x00\x00\x00\x00]\x94(}\x94(\x8c\x04size\x94M\x00\x04\x8c\x05state\x94\x8c\x10active_allocated\x94\x8c\x0erequested_size\x94M\xe8\x03\x8c\x07history\x94]\x94}\x94(\x8c\x04addr\x94M\x00\x10\x8c\x09real_size\x94M\xe8\x03\x8c\x06frames\x94]\x94(}\x94(\x8c\x08filename\x94\x8c\x02??\x94\x8c\x04line\x94K\x00\x8c\x04name\x94\x8c\x17torch::unwind::unwind()\x94u}\x94(h\x0e\x8c\x18CUDACachingAllocator.cpp\x94h\x10K\x00h\x11\x8cGc10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc\x94u}\x94(h\x0e\x8c\x0b/x/model.py\x94h\x10K\x03h\x11\x8c\x03fwd\x94ueuau}\x94(h\x02M\x00\x02h\x05K\x00h\x03\x8c\x08inactive\x94ue.";
+        let (v, hints) = read_snapshot(bytes).unwrap();
+        let blocks: Vec<Block> = v.items().iter().filter_map(V::as_block).collect();
+        assert_eq!(
+            blocks.len(),
+            2,
+            "the free block without history is a block too"
+        );
+        let b = &blocks[0];
+        assert_eq!(b.address, None);
+        assert_eq!((b.size, b.requested_size), (Some(1024), Some(1000)));
+        assert!(b.allocated && !blocks[1].allocated);
+        assert_eq!(
+            b.site.as_deref().map(String::as_str),
+            Some("/x/model.py:3 in fwd")
+        );
+        assert_eq!(hints.cuda, 1);
+        assert_eq!(hints.npu, 0);
+    }
+
+    #[test]
+    fn cpp_only_stacks_name_a_frame_outside_the_machinery() {
+        let frame = |filename: &str, name: &str| {
+            node(Node::Frame(Frame {
+                filename: Rc::new(filename.to_owned()),
+                line: 0,
+                name: Rc::new(name.to_owned()),
+            }))
+        };
+        let frames = [
+            frame("??", "torch::unwind::unwind()"),
+            frame(
+                "memory_snapshot.cpp",
+                "torch::cuda::(anonymous namespace)::gather_with_cpp()",
+            ),
+            frame(
+                "",
+                "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc",
+            ),
+            frame("??", "torch::autograd::Engine::evaluate_function"),
+        ];
+        assert_eq!(
+            pick_site(&frames).as_deref().map(String::as_str),
+            Some("??:0 in torch::autograd::Engine::evaluate_function")
+        );
+        assert_eq!(
+            pick_site(&frames[..2]).as_deref().map(String::as_str),
+            Some("??:0 in torch::unwind::unwind()"),
+            "nothing else: the innermost frame"
+        );
+    }
+
+    #[test]
+    fn floats_keep_their_value() {
+        // pickle.dumps({"t": 0.6, "e": True}, protocol=4)
+        let bytes: &[u8] = b"\x80\x04\x95\x17\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01t\x94G?\xe3333333\x8c\x01e\x94\x88u.";
+        let v = parse(bytes).unwrap();
+        assert_eq!(v.field("t").and_then(|t| t.as_float()), Some(0.6));
+        assert_eq!(v.field("e").and_then(|e| e.as_int()), Some(1));
+    }
 }
