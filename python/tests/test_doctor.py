@@ -183,3 +183,17 @@ def test_the_oom_device_is_read_by_default(data):
     assert ours["snapshot"]["device"] == 1
     assert any(e["moment"] == "recorded_out_of_memory" for e in ours["explain"])
     assert ours["configuration"]["capacity"]["value"] == 22 << 20
+
+
+def test_a_torch_npu_snapshot_dict_configures_the_npu_model(data):
+    with open(data / "snapshot_small.pickle", "rb") as f:
+        snapshot = pickle.load(f)
+    # torch_npu's _snapshot() has the same shape; its settings name its variable.
+    snapshot["allocator_settings"] = {"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:128"}
+    ours = ta.replay(snapshot, search=False)
+    assert ours["model"]["config"]["platform"] == "npu"
+    assert ours["configuration"]["platform"]["source"] == "snapshot: allocator_settings has PYTORCH_NPU_ALLOC_CONF"
+    assert ours["model"]["config"]["max_split_size"] == 128 << 20
+    flags = ta.replay(snapshot, search=False, max_split_size_mb=256)
+    assert flags["model"]["config"]["max_split_size"] == 256 << 20
+    assert flags["configuration"]["alloc_conf"]["source"] == "flags"
