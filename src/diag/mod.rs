@@ -12,8 +12,14 @@
 //!   surviving one are found too), [`explain_at`] (the gap between
 //!   reserved and allocated memory split into hard, soft and stream
 //!   fragmentation), [`sweep`] (a grid of `PYTORCH_NPU_ALLOC_CONF` settings
-//!   and a recommendation), all combined by [`diagnose`] into a
-//!   [`Diagnosis`] that prints as a report and serialises to JSON.
+//!   and a recommendation; [`sweep_on`] for `PYTORCH_CUDA_ALLOC_CONF`), all
+//!   combined by [`diagnose`] into a [`Diagnosis`] that prints as a report
+//!   and serialises to JSON.
+//! - Configuration: [`configure`] takes the platform (torch_npu or CUDA),
+//!   the allocator settings and the capacity from a snapshot
+//!   ([`Trace::snapshot`]) unless [`Overrides`] give them, and says where
+//!   each came from; the snapshot's recorded state and the model held to
+//!   its recorded segment events are part of the [`Diagnosis`].
 //! - Plot: [`timeline_svg`] (feature `plot`).
 //!
 //! ```
