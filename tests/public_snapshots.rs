@@ -225,3 +225,36 @@ fn flags_override_the_snapshot_and_say_so() {
     let cuda = doctor(&path);
     assert!(npu.model.stats.reserved_bytes.peak > cuda.model.stats.reserved_bytes.peak);
 }
+
+#[test]
+fn a_device_with_segments_and_no_trace_reports_its_state() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshot_three_devices_oom.pickle");
+    let trace = Trace::read(
+        &path,
+        ReadOptions {
+            device: Some(2),
+            ..ReadOptions::default()
+        },
+    )
+    .unwrap();
+    let snap = trace.snapshot().unwrap();
+    assert_eq!(snap.device, 2);
+    assert_eq!(snap.device_reason, "flag --device");
+    assert!(snap.state_only);
+    assert_eq!(snap.state.reserved, 20 << 20);
+    assert_eq!(snap.state.allocated, 2 << 20);
+    assert_eq!(snap.state.free, 18 << 20);
+    // Its live block is an allocation made before the (empty) trace.
+    assert_eq!(trace.allocations().len(), 1);
+    let err = Trace::read(
+        &path,
+        ReadOptions {
+            device: Some(7),
+            ..ReadOptions::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("data for device(s) 0, 1, 2"), "{err}");
+}
