@@ -92,6 +92,7 @@ fn every_public_snapshot_reads_as_python_reads_it() {
                     u(dev, "recorded_initial_reserved"),
                     "{name}"
                 );
+                assert_eq!(r.recorded_end_reserved, u(dev, "reserved"), "{name}");
                 let ratio = d.model.stats.reserved_bytes.peak as f64 / peak as f64;
                 assert!(
                     (ratio - 1.0).abs() <= 0.01,

@@ -138,6 +138,11 @@ pub fn replay_model(trace: &Trace, config: CachingConfig, timeline: bool) -> Mod
             });
         }
     }
+    if oom.is_none() && trace.releases_before(trace.events().len()) {
+        // The recording ends with a release (empty_cache() after the
+        // last event): the end state is after it.
+        model.empty_cache();
+    }
     ModelReplay {
         config,
         stats: model.stats(),

@@ -102,6 +102,10 @@ pub struct RecordedComparison {
     pub points: usize,
     /// Points where the two differ.
     pub differing_points: usize,
+    /// Reserved bytes when the recording ended (the snapshot's segments).
+    pub recorded_end_reserved: u64,
+    /// Reserved bytes when the model's replay ended.
+    pub modelled_end_reserved: u64,
     /// The first point where they differ.
     pub first_divergence: Option<Divergence>,
     /// The first point where they differ by more than 1% of the recorded
@@ -205,6 +209,8 @@ fn compare(trace: &Trace, model: &ModelReplay) -> Option<RecordedComparison> {
         recorded_initial_reserved: recorded.initial_reserved,
         points: compared,
         differing_points: differing,
+        recorded_end_reserved: curve.last().map_or(0, |&(_, v)| v),
+        modelled_end_reserved: model.stats.reserved_bytes.current,
         first_divergence: first,
         first_divergence_over_1pct: first_1pct,
     })
@@ -566,10 +572,12 @@ fn write_comparison(f: &mut fmt::Formatter<'_>, r: &RecordedComparison) -> fmt::
     let b = format_bytes;
     writeln!(
         f,
-        "  reserved, recorded vs model: peak {} recorded, {} modelled (ratio {:.4}); the recording started with {}",
+        "  reserved, recorded vs model: peak {} recorded, {} modelled (ratio {:.4}); at the end {} recorded, {} modelled; the recording started with {}",
         b(r.recorded_peak_reserved),
         b(r.modelled_peak_reserved),
         r.ratio,
+        b(r.recorded_end_reserved),
+        b(r.modelled_end_reserved),
         b(r.recorded_initial_reserved)
     )?;
     match (&r.first_divergence, &r.first_divergence_over_1pct) {
