@@ -261,7 +261,7 @@ impl CachingConfig {
                 }
                 _ if NOT_MODELLED.contains(&key) => {
                     return Err(invalid(
-                        "accepted by torch_npu but not modelled by tensor-arena",
+                        "an allocator option (torch_npu or PyTorch) that tensor-arena has not modelled",
                     ));
                 }
                 _ => return Err(invalid("unknown option")),
