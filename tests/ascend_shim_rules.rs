@@ -303,27 +303,41 @@ fn the_cost_model_counts_a_small_kernel_as_worked_by_hand() {
     // queue with DataCopyPad (400 bytes each way) and one Muls over 128
     // lanes. By the model's rules (kernels/shim/ta_shim/cost.h,
     // timeline.h): every queue operation and every dispatch is one scalar
-    // cycle; one core alone gets the whole 1.6 TB/s at 1.8 GHz, 888.9
-    // bytes per cycle; Muls on float is 64 elements per cycle.
+    // cycle; one core alone gets the whole measured read (1.456 TB/s) and
+    // write (1.105 TB/s) bandwidth at 1.8 GHz; Muls on float is 64
+    // elements per cycle, 2 repeats, plus 22 issue cycles.
     let lib = shim::selftest();
     let (clock, cores, hbm) = lib.cost_params();
     assert_eq!((clock, cores, hbm), (1.8e9, 48, 1.6e12));
+    let (read, write, issue) = lib.cost_rates();
+    assert_eq!((read, issue), (1.456e12, 22.0));
+    assert!((write - 8192.0 * 8192.0 * 2.0 / 121.442e-6).abs() < 1.0, "{write}");
     let mut x = ramp(100);
     let (rc, report) = run_rule(CORRECT, 1, &mut x);
     assert_eq!((rc, report.as_str()), (0, ""));
     let c = lib.last_cost();
-    let copy = 400.0 / (hbm / clock);
+    let copy_in = 400.0 / (read / clock);
+    let copy_out = 400.0 / (write / clock);
     assert_eq!(c.blocks, 1);
-    assert_eq!(c.critical_busy[V], 2.0, "{c:?}");
-    assert!((c.critical_busy[MTE2] - copy).abs() < 1e-9, "{c:?}");
-    assert!((c.critical_busy[MTE3] - copy).abs() < 1e-9, "{c:?}");
+    assert_eq!(c.critical_busy[V], 2.0 + issue, "{c:?}");
+    assert_eq!(
+        (c.vector_repeat_cycles, c.bank_conflict_cycles, c.issue_cycles),
+        (2.0, 0.0, issue),
+        "{c:?}"
+    );
+    assert_eq!(c.bank_conflict_factor(), 1.0);
+    assert!((c.critical_busy[MTE2] - copy_in).abs() < 1e-9, "{c:?}");
+    assert!((c.critical_busy[MTE3] - copy_out).abs() < 1e-9, "{c:?}");
     assert_eq!(c.critical_instructions, [8, 1, 1, 1], "{c:?}");
     // Scalar program, one cycle each: Alloc(in) 1, dispatch copy-in 2,
-    // EnQue 3, DeQue 4, Alloc(out) 5, dispatch Muls 6 (it runs 6..8: its
-    // input arrived at 2 + 0.45), EnQue 7, Free(in) 8, DeQue 9, dispatch
-    // copy-out 10 (it runs 10..10.45), Free(out) 11.
+    // EnQue 3, DeQue 4, Alloc(out) 5, dispatch Muls 6 (it runs 6..30: its
+    // input arrived at 2 + 0.49), EnQue 7, Free(in) 8, DeQue 9, dispatch
+    // copy-out 10 (it waits for the Muls: 30..30.65), Free(out) 11.
     assert_eq!(c.critical_busy[S], 11.0, "{c:?}");
-    assert_eq!(c.critical_cycles, 11.0, "{c:?}");
+    assert!(
+        (c.critical_cycles - (6.0 + 2.0 + issue + copy_out)).abs() < 1e-9,
+        "{c:?}"
+    );
     assert_eq!(c.gm_bytes, 800);
 }
 
@@ -485,8 +499,11 @@ fn bf16_conversions_equal_the_half_crate() {
 /// independent check of `ub_footprint` and of the kernels. Every buffer is a
 /// whole number of 32-byte blocks.
 fn unwired_footprint(entry: &str, t: u64) -> u64 {
+    let block512 = |b: u64| b.div_ceil(512) * 512;
     let lanes = (t / 32).div_ceil(8) * 8;
-    let philox = 19 * 9 * lanes * 4 + lanes * 4 + 20 * lanes * 4;
+    // 21 lane arrays of 9 sub-arrays in whole 512-byte bank periods, 256
+    // bytes between the two bank classes, the mask
+    let philox = 21 * block512(9 * lanes * 4) + 256 + lanes * 4;
     let block = |b: u64| b.div_ceil(32) * 32;
     let elem: u64 = if entry.ends_with("f32") { 4 } else { 2 };
     let widened = if elem == 4 { 0 } else { 4 * t };
