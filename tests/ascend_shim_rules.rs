@@ -1,8 +1,10 @@
 //! The AscendC shim enforces the device's rules: each rule broken on purpose
 //! by a small kernel (kernels/shim/selftest/) is caught and reported, the
 //! shim's own semantics pass its C++ unit tests, its half/bfloat16
-//! conversions equal the `half` crate's bit for bit, and the Unified Buffer
-//! capacity is a working limit for the real kernels.
+//! conversions equal the `half` crate's bit for bit, the Unified Buffer
+//! capacity is a working limit for the real kernels, and the shim's
+//! declarations refuse what asc-devkit's headers refuse (a call through a
+//! const path to an API the headers declare non-const).
 
 mod support;
 
@@ -618,4 +620,87 @@ fn ub_footprint_counts_the_u8_and_bit_mask_kernels_buffer_by_buffer() {
             }
         }
     }
+}
+
+/// Compiles `source` syntax-only against the shim's `kernel_operator.h`
+/// with `defines`; returns whether it compiled and the compiler's output.
+fn compile_against_shim(source: &str, defines: &[&str]) -> (bool, String) {
+    let cxx = option_env!("TENSOR_ARENA_SHIM_CXX")
+        .expect("build.rs found no C++ compiler, so the shim was not built (install g++)");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("const_path.cpp");
+    std::fs::write(&file, source).unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new(cxx)
+        .args(["-std=c++17", "-fsyntax-only"])
+        .arg(format!("-I{root}/kernels/shim"))
+        .arg(format!("-I{root}/kernels/ascend"))
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg(&file)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Calls of the APIs asc-devkit declares non-const (kernels/shim/HEADERS.md),
+/// each through a path that is const when `CONST` is defined as `const`.
+const CONST_PATHS: &str = r#"
+#include "kernel_operator.h"
+using namespace AscendC;
+// TBuf::Get<T>(), Get<T>(len), GetWithOffset<T>(size, offset) from a const
+// member function (the old ta_philox.h Lane() const).
+struct FromMember {
+    TBuf<TPosition::VECCALC> buf;
+    LocalTensor<float> All() CONST { return buf.Get<float>(); }
+    LocalTensor<float> Some() CONST { return buf.Get<float>(8); }
+    LocalTensor<float> At() CONST { return buf.GetWithOffset<float>(8, 32); }
+};
+// The same through a const reference (the old ta_common.h ScaleThroughMask).
+LocalTensor<float> FromReference(CONST TBuf<TPosition::VECCALC> &work) { return work.Get<float>(); }
+// GlobalTensor::SetValue through a const GlobalTensor.
+void Store(CONST GlobalTensor<float> &g) { g.SetValue(0, 1.0f); }
+"#;
+
+#[test]
+fn the_shim_refuses_non_const_apis_called_through_a_const_path() {
+    // The same calls through non-const paths compile: the refusal below is
+    // the const-ness, not a typo in the snippet.
+    let (ok, log) = compile_against_shim(CONST_PATHS, &["CONST="]);
+    assert!(ok, "the non-const paths should compile:\n{log}");
+    let (ok, log) = compile_against_shim(CONST_PATHS, &["CONST=const"]);
+    assert!(!ok, "calls through const paths compiled");
+    // Every one of the five calls is refused (the compiler names each line).
+    for (line, api) in [
+        (8, "Get"),
+        (9, "Get"),
+        (10, "GetWithOffset"),
+        (13, "Get"),
+        (15, "SetValue"),
+    ] {
+        assert!(
+            log.contains(&format!("const_path.cpp:{line}:")) && log.contains(api),
+            "line {line} ({api}) not refused:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn every_kernel_compiles_against_the_shim_by_itself() {
+    // Each kernel source on its own (the build compiles them all in one
+    // translation unit): nothing leans on another file's includes.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/ascend");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cpp") {
+            let source = std::fs::read_to_string(&path).unwrap();
+            let (ok, log) = compile_against_shim(&source, &[]);
+            assert!(ok, "{}:\n{log}", path.display());
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 5, "kernel sources in {}", dir.display());
 }
