@@ -313,7 +313,10 @@ fn the_cost_model_counts_a_small_kernel_as_worked_by_hand() {
     assert_eq!((clock, cores, hbm), (1.8e9, 48, 1.6e12));
     let (read, write, issue) = lib.cost_rates();
     assert_eq!((read, issue), (1.456e12, 22.0));
-    assert!((write - 8192.0 * 8192.0 * 2.0 / 121.442e-6).abs() < 1.0, "{write}");
+    assert!(
+        (write - 8192.0 * 8192.0 * 2.0 / 121.442e-6).abs() < 1.0,
+        "{write}"
+    );
     let mut x = ramp(100);
     let (rc, report) = run_rule(CORRECT, 1, &mut x);
     assert_eq!((rc, report.as_str()), (0, ""));
@@ -323,7 +326,11 @@ fn the_cost_model_counts_a_small_kernel_as_worked_by_hand() {
     assert_eq!(c.blocks, 1);
     assert_eq!(c.critical_busy[V], 2.0 + issue, "{c:?}");
     assert_eq!(
-        (c.vector_repeat_cycles, c.bank_conflict_cycles, c.issue_cycles),
+        (
+            c.vector_repeat_cycles,
+            c.bank_conflict_cycles,
+            c.issue_cycles
+        ),
         (2.0, 0.0, issue),
         "{c:?}"
     );
@@ -625,8 +632,9 @@ fn ub_footprint_counts_the_u8_and_bit_mask_kernels_buffer_by_buffer() {
 /// Compiles `source` syntax-only against the shim's `kernel_operator.h`
 /// with `defines`; returns whether it compiled and the compiler's output.
 fn compile_against_shim(source: &str, defines: &[&str]) -> (bool, String) {
-    let cxx = option_env!("TENSOR_ARENA_SHIM_CXX")
-        .expect("build.rs found no C++ compiler, so the shim was not built (install g++)");
+    let Some(cxx) = option_env!("TENSOR_ARENA_SHIM_CXX") else {
+        panic!("build.rs found no C++ compiler, so the shim was not built (install g++)");
+    };
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("const_path.cpp");
     std::fs::write(&file, source).unwrap();

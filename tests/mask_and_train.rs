@@ -177,7 +177,10 @@ fn device_ascend_without_cann_fails_naming_the_search_and_the_setup() {
     let Err(e) = ascend::AscendBackend::real(config) else {
         panic!("--device ascend opened a runtime in an empty directory");
     };
-    assert!(e.contains(&empty.path().join("libascendcl.so").display().to_string()), "{e}");
+    assert!(
+        e.contains(&empty.path().join("libascendcl.so").display().to_string()),
+        "{e}"
+    );
     assert!(e.contains("set_env.sh"), "{e}");
     assert!(e.contains("--device ascend-sim"), "{e}");
 }
@@ -189,7 +192,10 @@ fn device_ascend_sim_opens_the_simulation_built_with_the_crate() {
     let text = backend::Setup::describe(&backend);
     assert!(text.starts_with("ascend:0"), "{text}");
     assert!(text.contains(&sim::dir().display().to_string()), "{text}");
-    assert!(backend.runtime_allocations().is_some(), "not the simulated runtime");
+    assert!(
+        backend.runtime_allocations().is_some(),
+        "not the simulated runtime"
+    );
     let runtime = backend.runtime();
     drop(backend);
     runtime.finalize().unwrap();

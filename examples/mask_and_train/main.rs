@@ -191,7 +191,9 @@ fn per_step(total: u64, steps: u64) -> String {
 /// How `--device ascend-sim` names its device in the run's first and last
 /// lines.
 fn sim_label(describe: &str) -> String {
-    format!("ascend-sim, the CPU simulation of the ACL runtime (a test double, not an NPU): {describe}")
+    format!(
+        "ascend-sim, the CPU simulation of the ACL runtime (a test double, not an NPU): {describe}"
+    )
 }
 
 /// Trains on an Ascend backend (the real runtime or the simulation) and
@@ -290,9 +292,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         "ascend-sim" => {
             if args.acl_lib.is_some() || args.acl_dir.is_some() || args.kernel_lib.is_some() {
-                return Err("--device ascend-sim uses the simulated runtime built with the crate; \
+                return Err(
+                    "--device ascend-sim uses the simulated runtime built with the crate; \
                             --acl-lib, --acl-dir and --kernel-lib are for --device ascend"
-                    .into());
+                        .into(),
+                );
             }
             let backend = ascend::AscendBackend::simulation(args.ascend_device)?;
             banner(&cfg, &sim_label(&backend.describe()));
