@@ -12,9 +12,9 @@
 //   unsigned types and arithmetic on signed ones (ShiftLeft keeps the sign
 //   bit, per the ShiftLeft page); the shift lies in [0, 16] or [0, 32].
 // - There is no Xor in the A2 basic API. The advanced Xor exists on A2 for
-//   16-bit types (asc-devkit docs/zh/api/SIMD-API/高阶API/, built from 4
-//   basic instructions); the kernels' (a | b) - (a & b) takes 3 and the
-//   shim does not model the advanced one.
+//   int16/uint16 (asc-devkit docs/zh/api/SIMD-API/高阶API/数学计算/Xor接口/
+//   Xor-82.md; 4 basic instructions in its implementation); the kernels'
+//   (a | b) - (a & b) takes 3 and the shim does not model the advanced one.
 #ifndef TA_SHIM_VECTOR_LOGIC_H
 #define TA_SHIM_VECTOR_LOGIC_H
 
