@@ -7,6 +7,8 @@
 //!   `aclrtlaunch_ta_*` entry points the Ascend backend calls;
 //! - `TENSOR_ARENA_SHIM_SELFTEST`: the shim's self-tests (rule-breaking
 //!   kernels, unit tests, conversion exports);
+//! - `TENSOR_ARENA_SHIM_CXX`: the C++ compiler used, for the tests that
+//!   check what the shim's declarations refuse to compile;
 //! - `TENSOR_ARENA_SIM_DIR`: a directory laid out like CANN's `lib64`
 //!   holding the simulated runtime (`kernels/sim/`): `libascendcl.so`,
 //!   `libnnopbase.so`, the per-repository operator libraries
@@ -90,6 +92,12 @@ fn main() {
         );
         return;
     }
+
+    // The compile-fail checks of the shim's declarations run it again.
+    println!(
+        "cargo:rustc-env=TENSOR_ARENA_SHIM_CXX={}",
+        compiler.path().display()
+    );
 
     let kernels = root.join("kernels");
     let shim_kernels = out_dir.join(format!("libtensor_arena_shim_kernels.{extension}"));

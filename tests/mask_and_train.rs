@@ -1,7 +1,8 @@
 //! The main example, shortened: it learns, it is deterministic, it
 //! evaluates in mode `eval` of the same arena, and its steady-state steps
 //! (training and evaluation) allocate nothing (measured, not assumed); on
-//! the host and, with `--device ascend`, on the simulated Ascend runtime.
+//! the host and, with `--device ascend-sim`, on the simulated Ascend
+//! runtime; `--device ascend` never falls back to the simulation.
 
 mod support;
 
@@ -162,6 +163,42 @@ fn the_naive_loop_trains_the_same_model_and_allocates_every_step() -> tensor_are
     assert!(n.steady_device_requests >= n.steady_steps * 10);
     assert!(n.last_loss.is_finite());
     Ok(())
+}
+
+#[test]
+fn device_ascend_without_cann_fails_naming_the_search_and_the_setup() {
+    // A machine with no CANN: nothing in an empty directory, no system
+    // search. The error names what was tried and how to set CANN up, and
+    // points at the simulation by its own name instead of running it.
+    let empty = tempfile::tempdir().unwrap();
+    let config = tensor_arena::device::ascend::AscendConfig::new()
+        .search_dir(empty.path())
+        .system_search(false);
+    let Err(e) = ascend::AscendBackend::real(config) else {
+        panic!("--device ascend opened a runtime in an empty directory");
+    };
+    assert!(
+        e.contains(&empty.path().join("libascendcl.so").display().to_string()),
+        "{e}"
+    );
+    assert!(e.contains("set_env.sh"), "{e}");
+    assert!(e.contains("--device ascend-sim"), "{e}");
+}
+
+#[test]
+fn device_ascend_sim_opens_the_simulation_built_with_the_crate() {
+    let _s = sim();
+    let backend = ascend::AscendBackend::simulation(Some(0)).unwrap();
+    let text = backend::Setup::describe(&backend);
+    assert!(text.starts_with("ascend:0"), "{text}");
+    assert!(text.contains(&sim::dir().display().to_string()), "{text}");
+    assert!(
+        backend.runtime_allocations().is_some(),
+        "not the simulated runtime"
+    );
+    let runtime = backend.runtime();
+    drop(backend);
+    runtime.finalize().unwrap();
 }
 
 #[test]

@@ -26,6 +26,13 @@ pub struct Figures {
     pub hbm_bound_elements_per_s: f64,
     /// Busy share of the slowest core's cycles, per pipe (S, V, MTE2, MTE3).
     pub busy_percent: [f64; 4],
+    /// The slowest core's vector repeat cycles with UB bank conflicts over
+    /// those without (1: no two sources of an instruction shared a bank
+    /// group).
+    pub bank_conflict_factor: f64,
+    /// The slowest core's vector issue cycles (22 per vector instruction)
+    /// per element it owns.
+    pub issue_cycles: f64,
 }
 
 impl Figures {
@@ -73,6 +80,8 @@ impl Case {
         }
         Ok(Figures {
             elements,
+            bank_conflict_factor: c.bank_conflict_factor(),
+            issue_cycles: c.issue_cycles / owned,
             cycles_per_element: c.critical_cycles / owned,
             est_elements_per_s: elements as f64 / (c.critical_cycles / clock),
             hbm_bound_elements_per_s: hbm / self.bytes_per_element,

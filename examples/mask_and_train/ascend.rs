@@ -9,7 +9,7 @@
 use std::cell::{Cell, RefCell};
 
 use tensor_arena::device::ascend::{AscendConfig, AscendDevice, AscendRuntime, Op, TensorView};
-use tensor_arena::{Buffer, DType, Error, Result, Step};
+use tensor_arena::{Buffer, DType, Result, Step};
 
 use crate::backend::{AdamSettings, AscendMask, Compute, L, Setup};
 use crate::model::Sizes;
@@ -31,35 +31,48 @@ impl AscendBackend {
         })
     }
 
-    /// The backend `--device ascend` runs on: the runtime `config` finds;
-    /// or, when it finds none and none was named (no library path, no
-    /// search directory), the CPU simulation of the ACL runtime this
-    /// crate's build made (`kernels/sim/`), announced as such: a test
-    /// double, not an NPU.
+    /// The backend `--device ascend` runs on: the runtime `config` finds,
+    /// and only that. Without one the error names every place searched, how
+    /// to set up CANN, and `--device ascend-sim` for the simulation: a run
+    /// meant for an NPU never falls back to a test double.
+    // Used by main.rs and tests/mask_and_train.rs.
+    #[allow(dead_code)]
+    pub fn real(config: AscendConfig) -> std::result::Result<AscendBackend, String> {
+        AscendBackend::new(config).map_err(|e| {
+            format!(
+                "--device ascend: {e}\n(--device ascend runs only on a CANN runtime; the CPU \
+                 simulation of it built with this crate, a test double and not an NPU, is \
+                 --device ascend-sim)"
+            )
+        })
+    }
+
+    /// The backend `--device ascend-sim` runs on: the CPU simulation of the
+    /// ACL runtime this crate's build made (`kernels/sim/`), and nothing
+    /// installed on the machine: a test double, not an NPU. `device` is
+    /// the simulated device id.
     // Used by main.rs; the tests that include this module open the backend
     // with `new`.
     #[allow(dead_code)]
-    pub fn for_cli(config: AscendConfig) -> Result<AscendBackend> {
-        let named = config.runtime_lib.is_some() || !config.search_dirs.is_empty();
-        match AscendBackend::new(config.clone()) {
-            Err(e @ Error::LibraryNotFound { .. }) if !named => {
-                let Some(dir) = option_env!("TENSOR_ARENA_SIM_DIR") else {
-                    return Err(e);
-                };
-                println!(
-                    "no CANN runtime found on this machine; running on the CPU simulation of the ACL \
-                     runtime built with this crate ({dir}): a test double, not an NPU"
-                );
-                AscendBackend::new(config.search_dir(dir))
-            }
-            other => other,
+    pub fn simulation(device: Option<i32>) -> std::result::Result<AscendBackend, String> {
+        let Some(dir) = option_env!("TENSOR_ARENA_SIM_DIR") else {
+            return Err(
+                "--device ascend-sim: the simulated ACL runtime was not built with this crate \
+                 (build.rs needs a C++ compiler such as g++; install one and rebuild)"
+                    .into(),
+            );
+        };
+        let mut config = AscendConfig::new().search_dir(dir).system_search(false);
+        if let Some(id) = device {
+            config = config.device(id);
         }
+        AscendBackend::new(config).map_err(|e| format!("--device ascend-sim: {e}"))
     }
 
     /// What the simulated runtime allocated for itself over the run (its
     /// launch stubs' status buffers), when this is the simulation; a real
     /// runtime makes the same allocations but does not count them for us.
-    // Used by main.rs (see `for_cli`).
+    // Used by main.rs (see `simulation`).
     #[allow(dead_code)]
     pub fn runtime_allocations(&self) -> Option<u64> {
         let path = self.device.runtime().library_path().to_path_buf();

@@ -8,7 +8,8 @@
 //! ```sh
 //! cargo run --release --example mask_and_train
 //! cargo run --release --example mask_and_train -- --naive   # compare with the allocating loop
-//! cargo run --release --example mask_and_train -- --device ascend   # needs CANN (or the simulation)
+//! cargo run --release --example mask_and_train -- --device ascend       # needs CANN and an NPU
+//! cargo run --release --example mask_and_train -- --device ascend-sim   # the CPU simulation (a test double)
 //! cargo run --release --example mask_and_train -- --help
 //! ```
 
@@ -23,6 +24,7 @@ mod train;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use backend::Setup;
 use tensor_arena::CountingAllocator;
 use tensor_arena::device::ascend::AscendConfig;
 
@@ -39,21 +41,24 @@ OPTIONS:
     --steps N        training steps (default 600)
     --batch N        largest batch; the last batch of each epoch is smaller (default 64)
     --seed N         seed for data, weights and masks (default 42)
-    --device NAME    host (default) or ascend: the whole step on an Ascend NPU through
-                     ACL (our AscendC kernels and CANN aclnn operators)
+    --device NAME    host (default); ascend: the whole step on an Ascend NPU through
+                     ACL (our AscendC kernels and CANN aclnn operators), failing
+                     when no CANN runtime is found; ascend-sim: the same step on the
+                     CPU simulation of the ACL runtime built with the crate (a test
+                     double, not an NPU)
     --acl-lib PATH   ascend: the ACL runtime library to load (libascendcl.so or
                      libacl_rt.so; also TENSOR_ARENA_ACL_LIB). Default: searched in
                      $ASCEND_HOME_PATH/lib64, $ASCEND_TOOLKIT_HOME/lib64,
                      /usr/local/Ascend/cann/lib64,
-                     /usr/local/Ascend/ascend-toolkit/latest/lib64, LD_LIBRARY_PATH;
-                     where none is found, the CPU simulation built with the crate
+                     /usr/local/Ascend/ascend-toolkit/latest/lib64, LD_LIBRARY_PATH
     --acl-dir DIR    ascend: a directory searched first for the runtime and aclnn libraries
     --kernel-lib PATH
                      ascend: the kernel library built from kernels/ascend (also
                      TENSOR_ARENA_KERNEL_LIB). Default: libtensor_arena_kernels.so next
                      to the runtime, then the loader path
     --ascend-device N
-                     ascend: device id (default 0; also TENSOR_ARENA_ASCEND_DEVICE)
+                     ascend, ascend-sim: device id (default 0; for ascend also
+                     TENSOR_ARENA_ASCEND_DEVICE)
     --threads N      worker threads for the large kernels on the host (default 1;
                      results are bit-identical for any N)
     --log-every N    progress line every N steps (default 50)
@@ -183,10 +188,39 @@ fn per_step(total: u64, steps: u64) -> String {
     }
 }
 
-fn banner(cfg: &train::Config, backend: &impl backend::Setup) {
+/// How `--device ascend-sim` names its device in the run's first and last
+/// lines.
+fn sim_label(describe: &str) -> String {
+    format!(
+        "ascend-sim, the CPU simulation of the ACL runtime (a test double, not an NPU): {describe}"
+    )
+}
+
+/// Trains on an Ascend backend (the real runtime or the simulation) and
+/// finalizes the runtime explicitly, never from a destructor.
+fn ascend_run(
+    cfg: &train::Config,
+    backend: ascend::AscendBackend,
+    on: impl FnMut(train::Event<'_>),
+) -> Result<train::Report, Box<dyn std::error::Error>> {
+    let runtime = backend.runtime();
+    let report = train::train_on(cfg, &backend, on)?;
+    if let Some(n) = backend.runtime_allocations() {
+        println!(
+            "the simulated runtime's own device allocations over the run: {n} (one 8-byte status \
+             buffer per kernel launch, allocated and freed by the launch stub as CANN's are; not \
+             the crate's, so not in the counts below)"
+        );
+    }
+    drop(backend);
+    runtime.finalize()?;
+    Ok(report)
+}
+
+fn banner(cfg: &train::Config, device: &str) {
     println!(
         "mask-and-train on {}: {} steps, batch <= {}, seed {}{}",
-        backend.describe(),
+        device,
         cfg.steps,
         cfg.batch,
         cfg.seed,
@@ -238,34 +272,45 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         train::Event::Progress(p) => line(p),
         train::Event::Eval(e) => eval_line(e),
     };
+    // The device the run's last line names.
+    let mut device = args.device.clone();
     let report = match args.device.as_str() {
         "host" if args.record.is_some() || args.specs.is_some() => {
-            banner(&cfg, &backend::HostBackend::new(cfg.threads)?);
+            banner(&cfg, &backend::HostBackend::new(cfg.threads)?.describe());
             recorded_run(&args, &cfg, on)?
         }
         "host" => {
             let backend = backend::HostBackend::new(cfg.threads)?;
-            banner(&cfg, &backend);
+            banner(&cfg, &backend.describe());
             train::train_on(&cfg, &backend, on)?
         }
         "ascend" => {
-            let backend = ascend::AscendBackend::for_cli(ascend_config(&args)?)?;
-            banner(&cfg, &backend);
-            let runtime = backend.runtime();
-            let report = train::train_on(&cfg, &backend, on)?;
-            if let Some(n) = backend.runtime_allocations() {
-                println!(
-                    "the simulated runtime's own device allocations over the run: {n} (one 8-byte status \
-                     buffer per kernel launch, allocated and freed by the launch stub as CANN's are; not \
-                     the crate's, so not in the counts below)"
+            let backend = ascend::AscendBackend::real(ascend_config(&args)?)?;
+            banner(&cfg, &backend.describe());
+            device = tensor_arena::Device::name(&backend.device()).to_owned();
+            ascend_run(&cfg, backend, on)?
+        }
+        "ascend-sim" => {
+            if args.acl_lib.is_some() || args.acl_dir.is_some() || args.kernel_lib.is_some() {
+                return Err(
+                    "--device ascend-sim uses the simulated runtime built with the crate; \
+                            --acl-lib, --acl-dir and --kernel-lib are for --device ascend"
+                        .into(),
                 );
             }
-            drop(backend);
-            // Explicit: never from a destructor.
-            runtime.finalize()?;
-            report
+            let backend = ascend::AscendBackend::simulation(args.ascend_device)?;
+            banner(&cfg, &sim_label(&backend.describe()));
+            device = format!(
+                "ascend-sim (simulated {}, not an NPU)",
+                tensor_arena::Device::name(&backend.device())
+            );
+            ascend_run(&cfg, backend, on)?
         }
-        other => return Err(format!("--device: unknown device '{other}' (host or ascend)").into()),
+        other => {
+            return Err(
+                format!("--device: unknown device '{other}' (host, ascend or ascend-sim)").into(),
+            );
+        }
     };
     println!();
     println!("{}", report.memory_summary);
@@ -322,7 +367,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     // Counted over every steady-state step, training and evaluation.
     println!(
-        "steady-state allocations per step: host heap {}, device {}",
+        "steady-state allocations per step on {}: host heap {}, device {}",
+        device,
         per_step(report.steady_heap_allocs, report.steady_steps),
         per_step(report.steady_device_allocs, report.steady_steps),
     );

@@ -22,13 +22,22 @@ public:
         xGm_.SetGlobalBuffer((__gm__ T *)x + range_.start, range_.length);
         pipe_.InitBuffer(xQueue_, kBufferNum, tile_ * sizeof(T));
         pipe_.InitBuffer(outQueue_, kBufferNum, tile_ * sizeof(T));
+        const uint32_t bytes = AlignUp(tile_ * sizeof(T), kBlockBytes);
         if constexpr (!kScalar) {
             yGm_.SetGlobalBuffer((__gm__ T *)y + range_.start, range_.length);
+            // Mul reads x and y together: float reads them from the queue
+            // buffers (x_i and y_i pair up), so y starts half a bank period
+            // after x, past x's and the out queue's buffers.
+            if constexpr (IsSameType<T, float>::value) {
+                Pad(BankShiftPad(4 * bytes));
+            }
             pipe_.InitBuffer(yQueue_, kBufferNum, tile_ * sizeof(T));
         }
         if constexpr (!IsSameType<T, float>::value) {
             pipe_.InitBuffer(xWork_, tile_ * sizeof(float));
             if constexpr (!kScalar) {
+                // Halves multiply their float copies: the same for them.
+                Pad(BankShiftPad(tile_ * sizeof(float)));
                 pipe_.InitBuffer(yWork_, tile_ * sizeof(float));
             }
         }
@@ -46,6 +55,14 @@ public:
     }
 
 private:
+    // Unused UB that moves the next buffer to another set of bank groups.
+    __aicore__ inline void Pad(uint32_t bytes)
+    {
+        if (bytes != 0) {
+            pipe_.InitBuffer(padBuf_, bytes);
+        }
+    }
+
     __aicore__ inline void CopyInTile(uint64_t done, uint32_t n)
     {
         LocalTensor<T> x = xQueue_.AllocTensor<T>();
@@ -110,6 +127,7 @@ private:
     TQue<QuePosition::VECOUT, kBufferNum> outQueue_;
     TBuf<TPosition::VECCALC> xWork_;
     TBuf<TPosition::VECCALC> yWork_;
+    TBuf<TPosition::VECCALC> padBuf_;
     GlobalTensor<T> xGm_;
     GlobalTensor<T> yGm_;
     CoreRange range_;

@@ -24,6 +24,22 @@ constexpr uint32_t kBlockBytes = 32;
 
 __aicore__ inline uint32_t AlignUp(uint32_t n, uint32_t a) { return (n + a - 1) / a * a; }
 
+// UB bank groups on arch 2201 (the "避免bank冲突（NPU架构版本2201）" guide
+// page of asc-devkit): group = (address / 32) mod 16, so addresses 512 bytes
+// apart share a group, and a vector repeat reading its two sources from
+// the same groups takes twice the cycles. Two sources 256 bytes apart (mod
+// 512) use disjoint groups.
+constexpr uint32_t kBankPeriod = 512;
+constexpr uint32_t kHalfBankPeriod = 256;
+
+// Bytes to reserve before a buffer so that it starts half a bank period
+// (mod 512) after a buffer whose start lies `gap` bytes before it
+// otherwise: 0 when it already does.
+__aicore__ inline uint32_t BankShiftPad(uint32_t gap)
+{
+    return (kHalfBankPeriod + kBankPeriod - gap % kBankPeriod) % kBankPeriod;
+}
+
 // The elements [start, start + length) of the call that this core owns.
 struct CoreRange {
     uint64_t start;
@@ -94,10 +110,12 @@ constexpr bool kIsFloat = IsSameType<T, float>::value;
 
 // y = keep ? x * scale : 0 for m elements, keep read from the Select mask
 // bits (uint8 bytes or uint32 words: bit i is element i); halves computed
-// in float in work (a VECCALC buffer of m floats, unused for float).
+// in float in work (a VECCALC buffer of m floats, unused for float). The
+// TBuf is taken by non-const reference: TBuf::Get is non-const in
+// asc-devkit's kernel_tpipe.h.
 template <typename T, typename Bits>
 __aicore__ inline void ScaleThroughMask(const LocalTensor<T> &y, const LocalTensor<T> &x,
-                                        const LocalTensor<Bits> &bits, const TBuf<TPosition::VECCALC> &work,
+                                        const LocalTensor<Bits> &bits, TBuf<TPosition::VECCALC> &work,
                                         float scale, uint32_t m)
 {
     if constexpr (kIsFloat<T>) {

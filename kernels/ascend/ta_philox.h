@@ -2,15 +2,24 @@
 // random kernel, as a bit mask Select can use, bit for bit the stream of
 // docs/rng.md.
 //
-// Why this shape (kernels/ascend/README.md has the cost figures):
-// - The vector unit has no uint32 multiply, no widening multiply and no
-//   Xor (A2 API pages). The 32x32->64 Philox products are built from
-//   16-bit limbs: int32 Muls keep the low 32 bits, exact for 16x16 limb
-//   products, and a multiply by the whole constant gives the low word.
-//   Xor is (a | b) - (a & b): the two operands of the subtraction share no
+// Why this shape (kernels/ascend/README.md has the cost figures, all of
+// them estimates of the shim's cost model):
+// - The A2 vector unit has no uint32 multiply, no widening or high-half
+//   multiply and no Xor in the basic API (the Mul/Muls, And/Or pages of
+//   docs/zh/api/SIMD-API/基础API/ for Atlas A2). The 32x32->64 Philox
+//   products are built from 16-bit limbs: four int32 Muls of a 16-bit limb
+//   of the word by a 16-bit limb of the constant, whose products lie below
+//   2^32, then shifts and adds. The pages list int32 for Mul/Muls and Add
+//   but say nothing about overflow; a limb product at or above 2^31 and the
+//   sums of limb terms rely on int32 results keeping their low 32 bits.
+//   That is an ASSUMPTION no page states; CANN's own A2 Philox relies on
+//   exactly it (hicann/ops-math random/sim_thread_exponential/op_kernel/
+//   sim_thread_exponential.h, multiply_uint64: Mul<int32_t> of 16-bit
+//   limbs, Add<int32_t> of the terms). No 32x32 product is ever formed.
+// - Xor is (a | b) - (a & b): the two operands of the subtraction share no
 //   borrow. And/Or run on uint16 views with twice the count (the c220 And
 //   on 32-bit types processes only half the words). ShiftRight runs on
-//   uint32 views (logical).
+//   uint32 views (logical, the ShiftRight page).
 // - Lanes are Philox blocks. Element i of a 32-element group takes word
 //   (s + i) % 4 of block 8t + (s + i) / 4 of the tile (s = the first
 //   element's word, t = the group), so the lanes are laid out as G
@@ -18,6 +27,16 @@
 //   s > 0: a misaligned group touches 9 blocks). Then the mask word of
 //   group t is a sum of shifted lane values at the same index t of each
 //   sub-array: whole-vector instructions, no gather.
+// - Every instruction of a round runs over all G * W lanes (round keys
+//   are duplicated over all lanes each round rather than applied
+//   sub-array by sub-array): the issue cost of an instruction is charged
+//   once per 4 Ki elements, not once per sub-array.
+// - UB bank groups (arch 2201, the "避免bank冲突（NPU架构版本2201）" guide
+//   page: group = (address / 32) mod 16, one row per group per cycle): the
+//   lane arrays are in two classes, E at addresses = 0 mod 512 from the
+//   buffer start and O at 256 mod 512, and every binary instruction of the
+//   rounds reads one source of each class, so its two sources never share
+//   a bank group (the class of each array is listed at the enum).
 // - A lane keeps its element when (word >> 8) < T, T = ceil(q * 2^24):
 //   ((word >> 8) - T) >> 31 is that test, exact for 24-bit values.
 #ifndef TA_PHILOX_H
@@ -33,13 +52,12 @@ constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;
 constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
 // Sub-arrays at most (one more than the 8 blocks of a 32-element group).
 constexpr uint32_t kMaxGroups = 9;
-// Lane arrays the generator keeps: 4 Philox words, 12 limb products and
-// temporaries, one more temporary, the 0x0000FFFF constant, the lane
-// offsets.
-constexpr uint32_t kLaneArrays = 19;
-// Round keys: 10 rounds of (k0, k1), one sub-array wide each, made once
-// per kernel (the key XORs run sub-array by sub-array on them).
-constexpr uint32_t kKeyArrays = 20;
+// Lane arrays the generator keeps: 10 of bank class E, 11 of class O (see
+// the enum).
+constexpr uint32_t kLaneArrays = 21;
+constexpr uint32_t kClassArrays = 10;
+// Offset between the two bank classes of lane arrays (ta_common.h).
+constexpr uint32_t kClassShift = kHalfBankPeriod;
 
 // ceil(q * 2^24) for q in [0, 1]: the integer form of u < q (docs/rng.md).
 // q * 2^24 is exact in float (a power-of-two scaling), as is the
@@ -77,6 +95,8 @@ __aicore__ inline void SubW(const U32 &d, const U32 &a, const U32 &b, uint32_t n
     Sub(d.ReinterpretCast<int32_t>(), a.ReinterpretCast<int32_t>(), b.ReinterpretCast<int32_t>(),
         static_cast<int32_t>(n));
 }
+// Products of 16-bit values by 16-bit limbs (below 2^32), or of 0/1 by any
+// constant: never a 32x32 product.
 __aicore__ inline void MulsW(const U32 &d, const U32 &a, uint32_t c, uint32_t n)
 {
     Muls(d.ReinterpretCast<int32_t>(), a.ReinterpretCast<int32_t>(), static_cast<int32_t>(c),
@@ -95,6 +115,7 @@ __aicore__ inline void ShlW(const U32 &d, const U32 &a, uint32_t s, uint32_t n)
 {
     ShiftLeft(d, a, s, static_cast<int32_t>(n));
 }
+__aicore__ inline void DupW(const U32 &d, uint32_t v, uint32_t n) { Duplicate(d, v, static_cast<int32_t>(n)); }
 
 // Generates, tile by tile, the mask of the elements a random kernel keeps:
 // bit i of the mask is 1 where stream element `first + i` of the call has
@@ -103,23 +124,29 @@ class PhiloxMask {
 public:
     __aicore__ inline PhiloxMask() {}
 
+    // UB bytes of the lane arrays for tiles of `tile` elements (what Init
+    // reserves besides the mask: abi.rs ub_footprint repeats it).
+    __aicore__ static inline uint32_t LaneBytes(uint32_t tile)
+    {
+        return kLaneArrays * ArrayStride(LanesPerGroup(tile)) + kClassShift;
+    }
+
     // Reserves the UB for tiles of up to `tile` elements (a multiple of
     // kAlign) of the stream under `seed`; elements are kept with
     // probability q.
     __aicore__ inline void Init(TPipe &pipe, uint32_t tile, uint64_t seed, float q)
     {
         cap_ = LanesPerGroup(tile);
+        stride_ = ArrayStride(cap_) / sizeof(uint32_t);
         k0_ = static_cast<uint32_t>(seed);
         k1_ = static_cast<uint32_t>(seed >> 32);
         threshold_ = KeepThreshold(q);
-        pipe.InitBuffer(lanesBuf_, kLaneArrays * kMaxGroups * cap_ * sizeof(uint32_t));
+        pipe.InitBuffer(lanesBuf_, LaneBytes(tile));
         pipe.InitBuffer(maskBuf_, cap_ * sizeof(uint32_t));
-        pipe.InitBuffer(keysBuf_, kKeyArrays * cap_ * sizeof(uint32_t));
-        Duplicate(Lane(kLow), 0x0000FFFFu, static_cast<int32_t>(kMaxGroups * cap_));
-        for (uint32_t r = 0; r < 10; ++r) {
-            Duplicate(Key(r, 0), k0_ + r * kPhiloxW0, static_cast<int32_t>(cap_));
-            Duplicate(Key(r, 1), k1_ + r * kPhiloxW1, static_cast<int32_t>(cap_));
-        }
+        // The tensors are fetched once (TBuf::Get is non-const).
+        lanes_ = lanesBuf_.Get<uint32_t>();
+        mask_ = maskBuf_.Get<uint32_t>();
+        DupW(Lane(kLow), 0x0000FFFFu, kMaxGroups * cap_);
         width_ = 0;
     }
 
@@ -127,9 +154,8 @@ public:
     // as at least ceil(n / 32) words. Valid until the next call.
     __aicore__ inline U32 Generate(uint64_t g, uint32_t n)
     {
-        const U32 mask = maskBuf_.Get<uint32_t>();
-        GenerateInto(mask, g, n);
-        return mask;
+        GenerateInto(mask_, g, n);
+        return mask_;
     }
 
     // The same into `mask` (at least MaskWords(n) words, e.g. a VECOUT
@@ -150,7 +176,7 @@ public:
     {
         groups_ = (g & 3) == 0 ? 8 : kMaxGroups;
         SetWidth(LanesPerGroup(n));
-        lanes_ = groups_ * width_;
+        n_ = groups_ * width_;
         for (int i = 0; i < 4; ++i) {
             slot_[i] = kWord0 + i;
         }
@@ -158,7 +184,7 @@ public:
         Counters(g >> 2);
         FirstRound();
         for (uint32_t r = 1; r < 10; ++r) {
-            Round(Key(r, 0), Key(r, 1));
+            Round(k0_ + r * kPhiloxW0, k1_ + r * kPhiloxW1);
         }
     }
 
@@ -167,50 +193,46 @@ public:
     __aicore__ inline uint32_t Groups() const { return groups_; }
 
 private:
-    // Lane arrays, by index into lanesBuf_.
+    // Lane arrays. Class E (indices below kClassArrays) start at 0 mod 512
+    // bytes from the buffer, class O at 256 mod 512; the comments give each
+    // one's use. Every binary instruction of the rounds reads one E and one
+    // O source.
     enum : uint32_t {
-        kWord0 = 0, // 4 Philox words, slots rotating each round
-        kL0 = 4,
-        kH0,
-        kP0,
-        kQ0,
+        kWord0 = 0, // E: 4 Philox words, slots rotating each round
+        kL0 = 4,    // E: low limb of word 0; then c1 | k0, hi0 | c3
+        kQ0,        // E: limb product, then the middle sum of hi0
+        kQ1,        // E: limb product, then the middle sum of hi1
+        kR1,        // E: limb product, then with the middle's low half
+        kH1,        // E: high limb of word 2; then c3 & k1, hi1 & c1
+        kOffset,    // E: 8 * t + j at lane j * W + t
+        kLow,       // O (the first of its class): 0x0000FFFF in every lane
+        kK0,        // O: this round's key word 0 in every lane
+        kK1,        // O: this round's key word 1 in every lane
+        kH0,        // O: high limb of word 0; then c1 & k0, hi0 & c3
+        kL1,        // O: low limb of word 2; then c3 | k1, hi1 | c1
+        kP0,        // O: limb products by M0 (P0, R0, S0: S0 becomes hi0)
         kR0,
         kS0,
-        kL1,
-        kH1,
-        kP1,
-        kQ1,
-        kR1,
+        kP1,        // O: limb products by M1 (S1 becomes hi1)
         kS1,
-        kT,      // a temporary
-        kLow,    // 0x0000FFFF in every lane
-        kOffset, // 8 * lane, for the first sub-array
+        kX,         // O: P1 >> 16, then the middle's low half of hi1
     };
+    static_assert(kLow == kClassArrays && kX + 1 == kLaneArrays, "10 class-E arrays, then 11 class-O");
 
     // Lanes per sub-array for n elements: one 32-element group per lane,
     // whole 32-byte blocks.
     __aicore__ static inline uint32_t LanesPerGroup(uint32_t n) { return AlignUp((n + 31) / 32, 8); }
 
+    // Bytes from one lane array to the next: whole bank periods.
+    __aicore__ static inline uint32_t ArrayStride(uint32_t cap)
+    {
+        return AlignUp(kMaxGroups * cap * static_cast<uint32_t>(sizeof(uint32_t)), kBankPeriod);
+    }
+
     __aicore__ inline U32 Lane(uint32_t k) const
     {
-        return lanesBuf_.Get<uint32_t>()[k * kMaxGroups * cap_];
-    }
-
-    // Round r's key word i, one sub-array wide.
-    __aicore__ inline U32 Key(uint32_t r, uint32_t i) const
-    {
-        return keysBuf_.Get<uint32_t>()[(2 * r + i) * cap_];
-    }
-
-    // (a | key) and (a & key) into o and d, sub-array by sub-array: the
-    // two halves of a ^ key = (a | key) - (a & key).
-    __aicore__ inline void OrAndKey(const U32 &o, const U32 &d, const U32 &a, const U32 &key)
-    {
-        const uint32_t w = width_;
-        for (uint32_t j = 0; j < groups_; ++j) {
-            OrW(o[j * w], a[j * w], key, w);
-            AndW(d[j * w], a[j * w], key, w);
-        }
+        const uint32_t shift = k < kClassArrays ? 0 : kClassShift / static_cast<uint32_t>(sizeof(uint32_t));
+        return lanes_[k * stride_ + shift];
     }
 
     __aicore__ inline void SetWidth(uint32_t w)
@@ -224,6 +246,10 @@ private:
         PipeBarrier<PIPE_V>();
         MulsW(off, off, 8, w);
         PipeBarrier<PIPE_V>();
+        for (uint32_t j = 1; j < kMaxGroups; ++j) {
+            AddsW(off[j * w], off, j, w);
+        }
+        PipeBarrier<PIPE_V>();
     }
 
     // Counters of the tile's blocks: lane j * W + t is block base + 8t + j
@@ -235,10 +261,7 @@ private:
         const uint32_t lo = static_cast<uint32_t>(base);
         hi_ = static_cast<uint32_t>(base >> 32);
         const U32 off = Lane(kOffset);
-        const U32 c0 = Word(0);
-        for (uint32_t j = 0; j < groups_; ++j) {
-            AddsW(c0[j * width_], off, lo + j, width_);
-        }
+        AddsW(Word(0), off, lo, n_);
         const uint64_t last = 8ull * (width_ - 1) + groups_ - 1;
         c1Tensor_ = static_cast<uint64_t>(lo) + last > 0xFFFFFFFFull;
         if (!c1Tensor_) {
@@ -248,45 +271,62 @@ private:
         const uint32_t carryFrom = static_cast<uint32_t>((1ull << 32) - lo);
         const uint32_t hiNext = (hi_ + 1) & 0x3FFFFFFFu;
         const U32 c1 = Word(1);
-        for (uint32_t j = 0; j < groups_; ++j) {
-            AddsW(c1[j * width_], off, j - carryFrom, width_);
-        }
+        AddsW(c1, off, 0u - carryFrom, n_);
         PipeBarrier<PIPE_V>();
-        ShrW(c1, c1, 31, lanes_); // 1 where the lane does not carry
+        ShrW(c1, c1, 31, n_); // 1 where the lane does not carry
         PipeBarrier<PIPE_V>();
-        MulsW(c1, c1, hi_ - hiNext, lanes_);
+        MulsW(c1, c1, hi_ - hiNext, n_); // 0 or 1 times a constant
         PipeBarrier<PIPE_V>();
-        AddsW(c1, c1, hiNext, lanes_);
+        AddsW(c1, c1, hiNext, n_);
+    }
+
+    // Limb products of word c (L = low, H = high limb) by the constant m:
+    // P = L mL, Q = L mH, R = H mL, S = H mH, each below 2^32.
+    __aicore__ inline void Products(uint32_t l, uint32_t h, uint32_t p, uint32_t q, uint32_t r, uint32_t s,
+                                    uint32_t m)
+    {
+        MulsW(Lane(p), Lane(l), m & 0xFFFFu, n_);
+        MulsW(Lane(q), Lane(l), m >> 16, n_);
+        MulsW(Lane(r), Lane(h), m & 0xFFFFu, n_);
+        MulsW(Lane(s), Lane(h), m >> 16, n_);
     }
 
     // Round 0: words 2 and 3 start at 0, so only word 0 is multiplied and
-    // the new word 1 is 0.
+    // the new word 1 is 0. Its key word 1 goes into word 2's slot (class E,
+    // unused until round 1 writes it).
     __aicore__ inline void FirstRound()
     {
-        const uint32_t n = lanes_;
+        const uint32_t n = n_;
         const U32 c0 = Word(0);
         const U32 c1 = Word(1);
+        const U32 c2 = Word(2);
         const U32 c3 = Word(3);
         PipeBarrier<PIPE_V>();
         AndW(Lane(kL0), c0, Lane(kLow), n);
         ShrW(Lane(kH0), c0, 16, n);
-        PipeBarrier<PIPE_V>();
-        Products0(c0);
+        DupW(c2, k1_, n);
         if (c1Tensor_) {
-            OrAndKey(Lane(kL1), Lane(kH1), c1, Key(0, 0));
+            DupW(Lane(kK0), k0_, n);
         }
         PipeBarrier<PIPE_V>();
-        ShrW(Lane(kP0), Lane(kP0), 16, n);
+        Products(kL0, kH0, kP0, kQ0, kR0, kS0, kPhiloxM0);
+        if (c1Tensor_) {
+            OrW(Lane(kL1), c1, Lane(kK0), n);
+            AndW(Lane(kH1), c1, Lane(kK0), n);
+        }
+        PipeBarrier<PIPE_V>();
+        AddW(Lane(kQ0), Lane(kQ0), Lane(kR0), n);
         // New word 0 = word 1 ^ k0, in word 1's slot.
         if (c1Tensor_) {
             SubW(c1, Lane(kL1), Lane(kH1), n);
         } else {
-            Duplicate(c1, hi_ ^ k0_, static_cast<int32_t>(n));
+            DupW(c1, hi_ ^ k0_, n);
         }
         PipeBarrier<PIPE_V>();
-        HighHalf0(n);
+        LowHigh0(c0);
         // New word 2 = hi0 ^ k1, in word 3's slot.
-        OrAndKey(Lane(kL0), Lane(kH0), Lane(kS0), Key(0, 1));
+        OrW(Lane(kL0), Lane(kS0), c2, n);
+        AndW(Lane(kH0), Lane(kS0), c2, n);
         PipeBarrier<PIPE_V>();
         SubW(c3, Lane(kL0), Lane(kH0), n);
         PipeBarrier<PIPE_V>();
@@ -294,98 +334,96 @@ private:
         c1Zero_ = true;
     }
 
-    // hi0 = mulhi(M0, c0) into S0 from the limb products of Products0 and
-    // P0 already shifted: (MH L + ML L >> 16 + ML H) never overflows 32
-    // bits for M0, whose limbs sum below 2^16.
-    __aicore__ inline void HighHalf0(uint32_t n)
+    // From Q0 = Q + R (the middle limb terms), P0 and S0 of word 0 by M0:
+    // the low word (Q + R) << 16 + P into c0 and the high word into S0.
+    // (Q + R + P >> 16) never overflows 32 bits for M0, whose limbs sum
+    // below 2^16. Ends after a barrier, S0 = hi0.
+    __aicore__ inline void LowHigh0(const U32 &c0)
     {
-        AddW(Lane(kQ0), Lane(kQ0), Lane(kP0), n);
+        const uint32_t n = n_;
+        ShlW(c0, Lane(kQ0), 16, n);
+        ShrW(Lane(kR0), Lane(kP0), 16, n);
         PipeBarrier<PIPE_V>();
+        AddW(c0, c0, Lane(kP0), n); // lo0
         AddW(Lane(kQ0), Lane(kQ0), Lane(kR0), n);
         PipeBarrier<PIPE_V>();
         ShrW(Lane(kQ0), Lane(kQ0), 16, n);
         PipeBarrier<PIPE_V>();
-        AddW(Lane(kS0), Lane(kS0), Lane(kQ0), n);
+        AddW(Lane(kS0), Lane(kS0), Lane(kQ0), n); // hi0
         PipeBarrier<PIPE_V>();
-    }
-
-    // Limb products of word 0 (L0 = low, H0 = high limb) by M0, and word 0
-    // replaced by the low word of the product.
-    __aicore__ inline void Products0(const U32 &c0)
-    {
-        const uint32_t n = lanes_;
-        MulsW(Lane(kP0), Lane(kL0), kPhiloxM0 & 0xFFFFu, n);
-        MulsW(Lane(kQ0), Lane(kL0), kPhiloxM0 >> 16, n);
-        MulsW(Lane(kR0), Lane(kH0), kPhiloxM0 & 0xFFFFu, n);
-        MulsW(Lane(kS0), Lane(kH0), kPhiloxM0 >> 16, n);
-        MulsW(c0, c0, kPhiloxM0, n);
     }
 
     // One round after the first, with round keys (k0, k1):
     // (c0, c1, c2, c3) <- (hi(M1 c2) ^ c1 ^ k0, lo(M1 c2), hi(M0 c0) ^ c3 ^ k1, lo(M0 c0)).
     // The new words overwrite c1, c2, c3 and c0 in place, so the slots
     // rotate. Both products run side by side to fill each barrier interval.
-    __aicore__ inline void Round(const U32 &k0, const U32 &k1)
+    __aicore__ inline void Round(uint32_t k0, uint32_t k1)
     {
-        const uint32_t n = lanes_;
+        const uint32_t n = n_;
         const U32 c0 = Word(0);
         const U32 c1 = Word(1);
         const U32 c2 = Word(2);
         const U32 c3 = Word(3);
-        // With word 1 still zero (round 1), k0 itself is word 1 ^ k0, and
-        // word 1's slot is free for a temporary.
-        const U32 spare = c1Zero_ ? c1 : Lane(kT);
         AndW(Lane(kL0), c0, Lane(kLow), n);
         ShrW(Lane(kH0), c0, 16, n);
         AndW(Lane(kL1), c2, Lane(kLow), n);
         ShrW(Lane(kH1), c2, 16, n);
-        PipeBarrier<PIPE_V>();
-        Products0(c0);
-        MulsW(Lane(kP1), Lane(kL1), kPhiloxM1 & 0xFFFFu, n);
-        MulsW(Lane(kQ1), Lane(kL1), kPhiloxM1 >> 16, n);
-        MulsW(Lane(kR1), Lane(kH1), kPhiloxM1 & 0xFFFFu, n);
-        MulsW(Lane(kS1), Lane(kH1), kPhiloxM1 >> 16, n);
-        MulsW(c2, c2, kPhiloxM1, n);
-        PipeBarrier<PIPE_V>();
-        ShrW(Lane(kP0), Lane(kP0), 16, n);
-        ShrW(Lane(kP1), Lane(kP1), 16, n);
         if (!c1Zero_) {
-            OrAndKey(Lane(kL0), Lane(kH0), c1, k0);
+            DupW(Lane(kK0), k0, n);
         }
-        OrAndKey(Lane(kL1), Lane(kH1), c3, k1);
+        DupW(Lane(kK1), k1, n);
         PipeBarrier<PIPE_V>();
-        AddW(Lane(kQ0), Lane(kQ0), Lane(kP0), n);
-        AddW(Lane(kQ1), Lane(kQ1), Lane(kP1), n); // mid1 = MH L1 + ML L1 >> 16
+        Products(kL0, kH0, kP0, kQ0, kR0, kS0, kPhiloxM0);
+        Products(kL1, kH1, kP1, kQ1, kR1, kS1, kPhiloxM1);
+        PipeBarrier<PIPE_V>();
+        AddW(Lane(kQ0), Lane(kQ0), Lane(kR0), n);
+        ShrW(Lane(kX), Lane(kP1), 16, n);
+        if (c1Zero_) {
+            // Word 1 is still zero (round 1): c1 ^ k0 is k0.
+            DupW(c1, k0, n);
+        } else {
+            OrW(Lane(kL0), c1, Lane(kK0), n);
+            AndW(Lane(kH0), c1, Lane(kK0), n);
+        }
+        OrW(Lane(kL1), c3, Lane(kK1), n);
+        AndW(Lane(kH1), c3, Lane(kK1), n);
+        PipeBarrier<PIPE_V>();
+        // Word 0's low and high words, with the M1 side interleaved.
+        ShlW(c0, Lane(kQ0), 16, n);
+        ShrW(Lane(kR0), Lane(kP0), 16, n);
+        AddW(Lane(kQ1), Lane(kQ1), Lane(kX), n); // mid1 = Q1 + P1 >> 16
         if (!c1Zero_) {
             SubW(c1, Lane(kL0), Lane(kH0), n); // c1 ^ k0
         }
         SubW(c3, Lane(kL1), Lane(kH1), n); // c3 ^ k1
         PipeBarrier<PIPE_V>();
+        AddW(c0, c0, Lane(kP0), n); // lo0: new word 3
         AddW(Lane(kQ0), Lane(kQ0), Lane(kR0), n);
-        // M1's limbs sum above 2^16: mid1 + ML H1 could overflow, so its
-        // low half is added to ML H1 and its high half to MH H1 apart.
-        AndW(Lane(kP1), Lane(kQ1), Lane(kLow), n);
-        ShrW(spare, Lane(kQ1), 16, n);
+        // M1's limbs sum above 2^16: mid1 + R1 could overflow, so mid1's
+        // low half is added to R1 and its high half to S1 apart.
+        AndW(Lane(kX), Lane(kQ1), Lane(kLow), n);
+        ShrW(c2, Lane(kQ1), 16, n);
         PipeBarrier<PIPE_V>();
         ShrW(Lane(kQ0), Lane(kQ0), 16, n);
-        AddW(Lane(kR1), Lane(kR1), Lane(kP1), n);
-        AddW(Lane(kS1), Lane(kS1), spare, n);
+        AddW(Lane(kR1), Lane(kR1), Lane(kX), n); // R1' = R1 + mid1 % 2^16
+        AddW(Lane(kS1), Lane(kS1), c2, n);
         PipeBarrier<PIPE_V>();
         AddW(Lane(kS0), Lane(kS0), Lane(kQ0), n); // hi0
-        ShrW(Lane(kR1), Lane(kR1), 16, n);
+        // lo1 = (R1' - P1 >> 16) << 16 + P1 = (Q1 + R1) << 16 + P1.
+        ShrW(Lane(kX), Lane(kP1), 16, n);
+        ShrW(Lane(kH1), Lane(kR1), 16, n);
         PipeBarrier<PIPE_V>();
-        AddW(Lane(kS1), Lane(kS1), Lane(kR1), n); // hi1
+        SubW(c2, Lane(kR1), Lane(kX), n);
+        AddW(Lane(kS1), Lane(kS1), Lane(kH1), n); // hi1
         OrW(Lane(kL0), Lane(kS0), c3, n);
         AndW(Lane(kH0), Lane(kS0), c3, n);
         PipeBarrier<PIPE_V>();
-        if (c1Zero_) {
-            OrAndKey(Lane(kL1), Lane(kH1), Lane(kS1), k0);
-        } else {
-            OrW(Lane(kL1), Lane(kS1), c1, n);
-            AndW(Lane(kH1), Lane(kS1), c1, n);
-        }
+        ShlW(c2, c2, 16, n);
         SubW(c3, Lane(kL0), Lane(kH0), n); // new word 2
+        OrW(Lane(kL1), Lane(kS1), c1, n);
+        AndW(Lane(kH1), Lane(kS1), c1, n);
         PipeBarrier<PIPE_V>();
+        AddW(c2, c2, Lane(kP1), n); // lo1: new word 1
         SubW(c1, Lane(kL1), Lane(kH1), n); // new word 0
         PipeBarrier<PIPE_V>();
         Rotate();
@@ -407,7 +445,7 @@ private:
     // nibble bit w is lane (j, t)'s word-w keep bit.
     __aicore__ inline void Pack(const U32 &mask, uint32_t s)
     {
-        const uint32_t n = lanes_;
+        const uint32_t n = n_;
         const uint32_t keep[4] = {kL0, kH0, kL1, kH1};
         for (int w = 0; w < 4; ++w) {
             ShrW(Lane(keep[w]), Word(w), 8, n);
@@ -431,7 +469,10 @@ private:
         AddW(Lane(kL0), Lane(kL0), Lane(kL1), n);
         PipeBarrier<PIPE_V>();
         // Each sub-array's nibbles moved to their bits, then summed
-        // pairwise (disjoint bits: sum = or).
+        // (disjoint bits: sum = or) over whole halves of the sub-arrays:
+        // sub-arrays 0..3 += 4..7, 0..1 += 2..3, 0 += 1, then 0 += 8. These
+        // few short instructions per tile read sources 512 k bytes apart,
+        // which share bank groups; the model charges them.
         const U32 nib = Lane(kL0);
         const U32 part = Lane(kP0);
         const uint32_t w = width_;
@@ -443,10 +484,12 @@ private:
             }
         }
         PipeBarrier<PIPE_V>();
-        for (uint32_t step = 1; step < groups_; step *= 2) {
-            for (uint32_t j = 0; j + step < groups_; j += 2 * step) {
-                AddW(part[j * w], part[j * w], part[(j + step) * w], w);
-            }
+        for (uint32_t span = 4; span >= 1; span /= 2) {
+            AddW(part, part, part[span * w], span * w);
+            PipeBarrier<PIPE_V>();
+        }
+        if (groups_ > 8) {
+            AddW(part, part, part[8 * w], w);
             PipeBarrier<PIPE_V>();
         }
         AddsW(mask, part, 0, w);
@@ -455,11 +498,13 @@ private:
 
     TBuf<TPosition::VECCALC> lanesBuf_;
     TBuf<TPosition::VECCALC> maskBuf_;
-    TBuf<TPosition::VECCALC> keysBuf_;
+    U32 lanes_;
+    U32 mask_;
     uint32_t cap_ = 0;
+    uint32_t stride_ = 0;
     uint32_t width_ = 0;
     uint32_t groups_ = 8;
-    uint32_t lanes_ = 0;
+    uint32_t n_ = 0;
     uint32_t k0_ = 0;
     uint32_t k1_ = 0;
     uint32_t hi_ = 0;

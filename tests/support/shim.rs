@@ -39,8 +39,8 @@ type MulFn = unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void, u6
 type ScalarFn = unsafe extern "C" fn(u32, *mut c_void, *mut c_void, f32, u64, u64, u32) -> u32;
 
 /// The cost model's figures for a launch (`struct ta_shim_cost`): an
-/// estimate from documented throughputs, never a measurement. Pipes are
-/// indexed S, V, MTE2, MTE3.
+/// estimate from documented throughputs and one public measurement, never
+/// a measurement of ours. Pipes are indexed S, V, MTE2, MTE3.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Cost {
@@ -52,6 +52,24 @@ pub struct Cost {
     pub critical_instructions: [u64; 4],
     pub total_instructions: [u64; 4],
     pub gm_bytes: u64,
+    /// The critical block's vector repeats as if free of bank conflicts.
+    pub vector_repeat_cycles: f64,
+    /// The extra vector cycles UB bank conflicts cost it.
+    pub bank_conflict_cycles: f64,
+    /// Its vector instructions' issue cycles.
+    pub issue_cycles: f64,
+}
+
+impl Cost {
+    /// Vector repeat cycles with bank conflicts over those without (1 when
+    /// no two sources shared a bank group).
+    pub fn bank_conflict_factor(&self) -> f64 {
+        if self.vector_repeat_cycles > 0.0 {
+            (self.vector_repeat_cycles + self.bank_conflict_cycles) / self.vector_repeat_cycles
+        } else {
+            1.0
+        }
+    }
 }
 
 /// Pipe indices of [`Cost`].
@@ -179,6 +197,18 @@ impl Shim {
         // SAFETY: three live, writable values.
         unsafe { f(&mut clock, &mut cores, &mut hbm) };
         (clock, cores, hbm)
+    }
+
+    /// The cost model's measured rates: chip read and write bandwidth
+    /// (bytes/s) and the issue cycles of one vector instruction.
+    pub fn cost_rates(&self) -> (f64, f64, f64) {
+        type RatesFn = unsafe extern "C" fn(*mut f64, *mut f64, *mut f64);
+        // SAFETY: `void ta_shim_cost_rates(double *, double *, double *)`.
+        let f: RatesFn = unsafe { self.function("ta_shim_cost_rates") };
+        let (mut read, mut write, mut issue) = (0.0, 0.0, 0.0);
+        // SAFETY: three live, writable values.
+        unsafe { f(&mut read, &mut write, &mut issue) };
+        (read, write, issue)
     }
 
     /// Launches a random kernel (bernoulli, dropout, dropout backward) on `x`.

@@ -5,7 +5,7 @@
 // shows both as a wrong result and in the violation report. DataCopyPad
 // (Atlas A2/A3) moves exact byte counts. GM->UB copies run on MTE2, UB->GM
 // copies on MTE3; the cost model charges them the bytes moved over the
-// core's share of HBM bandwidth.
+// core's share of the measured read or write bandwidth (cost.h).
 #ifndef TA_SHIM_COPY_H
 #define TA_SHIM_COPY_H
 
@@ -101,8 +101,13 @@ inline void CheckPosition(const char *api, const BufferRec *b)
     }
 }
 
-// MTE cycles of a transfer of `bytes` over the core's share of HBM.
-inline double CopyCycles(uint64_t bytes) { return static_cast<double>(bytes) / Core().tl.gm_bytes_per_cycle; }
+// MTE cycles of a transfer of `bytes` over the core's share of the read
+// (MTE2) or write (MTE3) bandwidth (cost.h).
+inline double CopyCycles(uint64_t bytes, bool write)
+{
+    const Timeline &tl = Core().tl;
+    return static_cast<double>(bytes) / (write ? tl.write_bytes_per_cycle : tl.read_bytes_per_cycle);
+}
 
 } // namespace ta_shim
 
@@ -118,7 +123,7 @@ void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const uint3
     CheckPosition(ins.api, dst.rec_);
     const T *s = src.Use(ins.api, bytes / sizeof(T), false);
     std::memcpy(d, s, bytes);
-    ins.Done(CopyCycles(bytes), bytes);
+    ins.Done(CopyCycles(bytes, false), bytes);
 }
 
 template <typename T>
@@ -131,7 +136,7 @@ void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const uint3
     CheckPosition(ins.api, src.rec_);
     T *d = dst.Use(ins.api, bytes / sizeof(T), true);
     std::memcpy(d, s, bytes);
-    ins.Done(CopyCycles(bytes), bytes);
+    ins.Done(CopyCycles(bytes, true), bytes);
 }
 
 // Each GM block of blockLen bytes lands on its own 32-byte-aligned UB block;
@@ -173,7 +178,7 @@ void DataCopyPad(const LocalTensor<T> &dst, const GlobalTensor<T> &src,
         }
     }
     const uint64_t bytes = uint64_t(params.blockLen) * params.blockCount;
-    ins.Done(CopyCycles(bytes), bytes);
+    ins.Done(CopyCycles(bytes, false), bytes);
 }
 
 template <typename T>
@@ -199,7 +204,7 @@ void DataCopyPad(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const Da
         std::memcpy(d + b * gm_block, s + uint64_t(b) * ub_block, params.blockLen);
     }
     const uint64_t bytes = uint64_t(params.blockLen) * params.blockCount;
-    ins.Done(CopyCycles(bytes), bytes);
+    ins.Done(CopyCycles(bytes, true), bytes);
 }
 
 } // namespace AscendC

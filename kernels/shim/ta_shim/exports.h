@@ -62,6 +62,11 @@ struct ta_shim_cost {
     uint64_t critical_instructions[4];
     uint64_t total_instructions[4];
     uint64_t gm_bytes;
+    // The critical block's vector-pipe cycles: repeats as if conflict-free,
+    // extra cycles of UB bank conflicts, per-instruction issue.
+    double vector_repeat_cycles;
+    double bank_conflict_cycles;
+    double issue_cycles;
 };
 
 TA_SHIM_EXPORT void ta_shim_last_cost(struct ta_shim_cost *out)
@@ -77,6 +82,9 @@ TA_SHIM_EXPORT void ta_shim_last_cost(struct ta_shim_cost *out)
         out->total_instructions[p] = c.total_instructions[p];
     }
     out->gm_bytes = c.gm_bytes;
+    out->vector_repeat_cycles = c.vector_repeat_cycles;
+    out->bank_conflict_cycles = c.bank_conflict_cycles;
+    out->issue_cycles = c.issue_cycles;
 }
 
 // The model's parameters for a 910B2: clock (Hz), vector cores, HBM
@@ -86,6 +94,15 @@ TA_SHIM_EXPORT void ta_shim_cost_params(double *clock_hz, uint32_t *cores, doubl
     *clock_hz = ta_shim::kClockHz;
     *cores = ta_shim::kVectorCores;
     *hbm_bytes_per_s = ta_shim::kHbmBytesPerSecond;
+}
+
+// The model's measured rates (ta_shim/cost.h): chip-wide read and write
+// bandwidth (bytes/s) and the issue cycles of one vector instruction.
+TA_SHIM_EXPORT void ta_shim_cost_rates(double *read_bytes_per_s, double *write_bytes_per_s, double *issue_cycles)
+{
+    *read_bytes_per_s = ta_shim::kReadBytesPerSecond;
+    *write_bytes_per_s = ta_shim::kWriteBytesPerSecond;
+    *issue_cycles = ta_shim::kIssueCycles;
 }
 
 } // extern "C"

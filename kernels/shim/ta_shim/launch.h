@@ -83,7 +83,8 @@ uint32_t Launch(const char *kernel, uint32_t numBlocks, Body &&body)
         c.flags.clear();
         // Every block is a core of its own, sharing HBM with the others.
         c.tl = Timeline();
-        c.tl.gm_bytes_per_cycle = GmBytesPerCycle(numBlocks);
+        c.tl.read_bytes_per_cycle = GmBytesPerCycle(numBlocks, kReadBytesPerSecond);
+        c.tl.write_bytes_per_cycle = GmBytesPerCycle(numBlocks, kWriteBytesPerSecond);
         c.in_kernel = true;
         bool stopped = false;
         try {

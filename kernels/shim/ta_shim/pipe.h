@@ -104,12 +104,15 @@ inline std::string EventName(AscendC::HardEvent e)
 
 namespace AscendC {
 
-template <TPosition pos, int32_t depth>
+// The header's TQue<pos, depth, mask> (kernel_tpipe.h); the shim models
+// mask = 0 (no ND/NZ conversion) only.
+template <TPosition pos, int32_t depth, auto mask = 0>
 class TQue {
 public:
     static_assert(depth >= 1, "a queue holds at least one tensor");
     static_assert(pos == TPosition::VECIN || pos == TPosition::VECOUT,
                   "the shim models vector queues (VECIN, VECOUT) only");
+    static_assert(mask == 0, "the shim models TQue without ND/NZ conversion (mask 0) only");
 
     template <typename T>
     LocalTensor<T> AllocTensor()
@@ -225,30 +228,43 @@ private:
     }
 };
 
+// asc-devkit include/basic_api/kernel_tpipe.h declares Get<T>(), Get<T>(len)
+// and GetWithOffset<T>(size, bufOffset) non-const (kernels/shim/HEADERS.md):
+// a kernel that calls them through a const TBuf or from a const member
+// function does not compile with CANN's compiler, so it does not compile
+// here either.
 template <TPosition pos = TPosition::VECCALC>
 class TBuf {
 public:
     template <typename T>
-    LocalTensor<T> Get() const
+    LocalTensor<T> Get()
     {
         return Get<T>(rec_ == nullptr ? 0 : rec_->bytes / static_cast<uint32_t>(sizeof(T)));
     }
 
     template <typename T>
-    LocalTensor<T> Get(uint32_t len) const
+    LocalTensor<T> Get(uint32_t len)
+    {
+        return GetWithOffset<T>(len, 0);
+    }
+
+    // `size` elements from byte `bufOffset` of the buffer.
+    template <typename T>
+    LocalTensor<T> GetWithOffset(uint32_t size, uint32_t bufOffset)
     {
         if (rec_ == nullptr) {
-            ta_shim::Violation(ta_shim::Severity::kFatal, "queue",
-                               "TBuf::Get before TPipe::InitBuffer");
+            ta_shim::Violation(ta_shim::Severity::kFatal, "queue", "TBuf::Get before TPipe::InitBuffer");
         }
-        if (uint64_t(len) * sizeof(T) > rec_->bytes) {
+        if (uint64_t(bufOffset) + uint64_t(size) * sizeof(T) > rec_->bytes) {
             ta_shim::Violation(ta_shim::Severity::kFatal, "ub-bounds",
-                               "TBuf::Get(" + std::to_string(len) + ") on " + rec_->name +
-                                   " of " + std::to_string(rec_->bytes) + " bytes");
+                               "TBuf::Get(" + std::to_string(size) + " elements at byte " +
+                                   std::to_string(bufOffset) + ") on " + rec_->name + " of " +
+                                   std::to_string(rec_->bytes) + " bytes");
         }
         LocalTensor<T> t;
         t.rec_ = rec_;
-        t.size_ = len;
+        t.byte_offset_ = bufOffset;
+        t.size_ = size;
         return t;
     }
 
@@ -287,8 +303,8 @@ public:
     TPipe(const TPipe &) = delete;
     TPipe &operator=(const TPipe &) = delete;
 
-    template <TPosition pos, int32_t depth>
-    bool InitBuffer(TQue<pos, depth> &que, uint8_t num, uint32_t len)
+    template <TPosition pos, int32_t depth, auto mask>
+    bool InitBuffer(TQue<pos, depth, mask> &que, uint8_t num, uint32_t len)
     {
         if (!que.bufs_.empty()) {
             ta_shim::Violation(ta_shim::Severity::kFatal, "queue",

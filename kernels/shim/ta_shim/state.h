@@ -26,10 +26,7 @@ namespace ta_shim {
 // other 8 KiB are the scratch Select modes 1 and 2 use, per the Select page
 // of docs/zh/api).
 constexpr uint32_t kDefaultUbBytes = 184 * 1024;
-// UB operands start on 32-byte boundaries; DataCopy moves 32-byte blocks.
-constexpr uint32_t kBlockBytes = 32;
-// One vector repeat reads 256 bytes; Compare counts must cover whole repeats.
-constexpr uint32_t kRepeatBytes = 256;
+// kBlockBytes and kRepeatBytes: cost.h.
 // What aclrtlaunch_* returns after a rule violation (the code an AI Core
 // exception has in the ACL runtime).
 constexpr uint32_t kViolationCode = 507015;

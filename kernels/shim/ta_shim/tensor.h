@@ -197,7 +197,8 @@ public:
 
     T GetValue(uint64_t index) const { return *(*this)[index].Use("GlobalTensor::GetValue", 1, false); }
 
-    void SetValue(uint64_t index, T value) const
+    // Non-const, as kernel_tensor.h declares it.
+    void SetValue(uint64_t index, T value)
     {
         *(*this)[index].Use("GlobalTensor::SetValue", 1, true) = value;
     }

@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <utility>
-#include <vector>
 
 namespace ta_shim {
 
@@ -63,13 +61,17 @@ struct Timeline {
     // The scalar unit's clock: it issues every instruction, one per cycle
     // at best, and blocks on waits addressed to it.
     double scalar_now = 0;
-    // The core's share of global-memory bandwidth is one link that MTE2 and
-    // MTE3 transfers share: each transfer takes the link's free time from
-    // its start on (busy intervals, sorted, disjoint) until its bytes are
-    // moved.
-    std::vector<std::pair<double, double>> gm_busy;
-    double gm_bytes_per_cycle = 1;
+    // The core's shares of global-memory bandwidth: MTE2 reads and MTE3
+    // writes each run in order on their own pipe at their own rate
+    // (cost.h), so a transfer simply occupies its pipe.
+    double read_bytes_per_cycle = 1;
+    double write_bytes_per_cycle = 1;
     uint64_t gm_bytes = 0;
+    // Vector-pipe cycles by kind: repeats as if conflict-free, the extra
+    // cycles bank conflicts add, per-instruction issue.
+    double vector_repeat_cycles = 0;
+    double bank_conflict_cycles = 0;
+    double issue_cycles = 0;
 
     PipeState &P(Pipe p) { return pipe[static_cast<int>(p)]; }
 
@@ -108,53 +110,8 @@ struct Timeline {
             return;
         }
         const double start = std::max({s.free_at, s.floor, scalar_now});
-        if (bytes > 0) {
-            gm_bytes += bytes;
-            const double end = TakeLink(start, cycles);
-            s.busy += end - start - cycles;
-            s.free_at = end;
-            return;
-        }
+        gm_bytes += bytes;
         s.free_at = start + cycles;
-    }
-
-    // Moves `cycles` worth of bytes over the link from `start` on, in its
-    // free gaps; returns when the last byte has moved.
-    double TakeLink(double start, double cycles)
-    {
-        // Transfers start no earlier than their pipe is free: older busy
-        // time can never be used again.
-        const double horizon = std::min(P(Pipe::kMte2).free_at, P(Pipe::kMte3).free_at);
-        gm_busy.erase(std::remove_if(gm_busy.begin(), gm_busy.end(),
-                                     [horizon](const std::pair<double, double> &b) { return b.second <= horizon; }),
-                      gm_busy.end());
-        std::vector<std::pair<double, double>> taken;
-        double at = start;
-        double left = cycles;
-        for (const auto &b : gm_busy) {
-            if (left <= 0) {
-                break;
-            }
-            if (b.second <= at) {
-                continue;
-            }
-            if (b.first > at) {
-                const double use = std::min(b.first - at, left);
-                taken.emplace_back(at, at + use);
-                left -= use;
-                at += use;
-            }
-            if (left > 0) {
-                at = std::max(at, b.second);
-            }
-        }
-        if (left > 0) {
-            taken.emplace_back(at, at + left);
-            at += left;
-        }
-        gm_busy.insert(gm_busy.end(), taken.begin(), taken.end());
-        std::sort(gm_busy.begin(), gm_busy.end());
-        return at;
     }
 
     // The handshake pipe q sends now: everything it issued so far.

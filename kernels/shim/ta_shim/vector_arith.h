@@ -5,22 +5,45 @@
 // kernel_operator_vec_binary_impl.h): Add/Sub/Mul/Adds/Muls on half,
 // int16, int32 and float; no uint32 and no bfloat16. Integer results keep
 // the low bits (wrap modulo 2^16 / 2^32), so uint32 arithmetic is done on
-// reinterpreted int32 tensors. Half sums are not modelled (only products,
-// which are exact in float before the one rounding to half).
+// reinterpreted int32 tensors. Half sums and products round once to the
+// nearest half (products are exact in float, sums in double).
 #ifndef TA_SHIM_VECTOR_ARITH_H
 #define TA_SHIM_VECTOR_ARITH_H
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "vector_common.h"
 
 namespace ta_shim {
 
-// Wrapping integer arithmetic and IEEE float arithmetic, one element.
+// The half nearest a + b (or a - b, with b negated): the sum of two halves
+// is exact in double; rounding it to float to odd keeps the one rounding
+// to half (to nearest even) correct.
+inline half HalfSum(half a, half b, bool subtract)
+{
+    const double d = static_cast<double>(static_cast<float>(a)) +
+                     (subtract ? -1.0 : 1.0) * static_cast<double>(static_cast<float>(b));
+    float f = static_cast<float>(d);
+    if (static_cast<double>(f) != d && std::isfinite(f)) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &f, sizeof bits);
+        if ((bits & 1u) == 0) {
+            f = std::nextafter(f, static_cast<float>(d > static_cast<double>(f) ? INFINITY : -INFINITY));
+        }
+    }
+    return half(f);
+}
+
+// Wrapping integer arithmetic and IEEE float and half arithmetic, one
+// element.
 template <typename T>
 T WrapAdd(T a, T b)
 {
-    if constexpr (AscendC::IsSameType<T, float>::value) {
+    if constexpr (AscendC::IsSameType<T, half>::value) {
+        return HalfSum(a, b, false);
+    } else if constexpr (AscendC::IsSameType<T, float>::value) {
         return a + b;
     } else if constexpr (sizeof(T) == 4) {
         return static_cast<T>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
@@ -32,7 +55,9 @@ T WrapAdd(T a, T b)
 template <typename T>
 T WrapSub(T a, T b)
 {
-    if constexpr (AscendC::IsSameType<T, float>::value) {
+    if constexpr (AscendC::IsSameType<T, half>::value) {
+        return HalfSum(a, b, true);
+    } else if constexpr (AscendC::IsSameType<T, float>::value) {
         return a - b;
     } else if constexpr (sizeof(T) == 4) {
         return static_cast<T>(static_cast<uint32_t>(a) - static_cast<uint32_t>(b));
@@ -57,7 +82,7 @@ T WrapMul(T a, T b)
 }
 
 template <typename T>
-constexpr bool kAddable = kOneOf<T, float, int16_t, int32_t>;
+constexpr bool kAddable = kOneOf<T, float, half, int16_t, int32_t>;
 template <typename T>
 constexpr bool kMultipliable = kOneOf<T, float, half, int16_t, int32_t>;
 
@@ -68,6 +93,7 @@ void Binary(const char *api, const AscendC::LocalTensor<T> &dst, const AscendC::
     VecInstr<T> ins(api, count);
     const T *a = src0.Read(ins, "src0", ins.n);
     const T *b = src1.Read(ins, "src1", ins.n);
+    ins.Sources(src0, src1);
     T *d = dst.Write(ins, "dst", ins.n);
     for (uint32_t i = 0; i < ins.n; ++i) {
         d[i] = f(a[i], b[i]);
@@ -123,7 +149,7 @@ template <typename T>
 void Add(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const LocalTensor<T> &src1, const int32_t &calCount)
 {
     static_assert(!IsSameType<T, uint32_t>::value, "A2 has no uint32 Add: reinterpret as int32");
-    static_assert(ta_shim::kAddable<T>, "Add: the shim models int16, int32 and float");
+    static_assert(ta_shim::kAddable<T>, "Add: A2 adds half, int16, int32 and float");
     ta_shim::Binary("Add", dst, src0, src1, calCount, [](T a, T b) { return ta_shim::WrapAdd(a, b); });
 }
 
@@ -131,7 +157,7 @@ template <typename T>
 void Sub(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const LocalTensor<T> &src1, const int32_t &calCount)
 {
     static_assert(!IsSameType<T, uint32_t>::value, "A2 has no uint32 Sub: reinterpret as int32");
-    static_assert(ta_shim::kAddable<T>, "Sub: the shim models int16, int32 and float");
+    static_assert(ta_shim::kAddable<T>, "Sub: A2 subtracts half, int16, int32 and float");
     ta_shim::Binary("Sub", dst, src0, src1, calCount, [](T a, T b) { return ta_shim::WrapSub(a, b); });
 }
 
@@ -147,7 +173,7 @@ template <typename T>
 void Adds(const LocalTensor<T> &dst, const LocalTensor<T> &src, const T &scalarValue, const int32_t &calCount)
 {
     static_assert(!IsSameType<T, uint32_t>::value, "A2 has no uint32 Adds: reinterpret as int32");
-    static_assert(ta_shim::kAddable<T>, "Adds: the shim models int16, int32 and float");
+    static_assert(ta_shim::kAddable<T>, "Adds: A2 adds half, int16, int32 and float");
     const T s = scalarValue;
     ta_shim::WithScalar("Adds", dst, src, calCount, [s](T a) { return ta_shim::WrapAdd(a, s); });
 }

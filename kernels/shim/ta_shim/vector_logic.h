@@ -8,16 +8,19 @@
 //   count; the impl reinterprets "for compatibility"). The shim reproduces
 //   that and records it (`logic-count`), so a kernel that falls into the
 //   pitfall fails its bit-exact tests and the rule tests.
-// - ShiftLeft/ShiftRight take (u)int16 and (u)int32; ShiftRight is logical
-//   on unsigned types and arithmetic on signed ones; the shift lies in
-//   [0, 16] or [0, 32].
-// - There is no Xor in the A2 basic API (the advanced Xor builds it from
-//   And, Or and Not): it is not modelled.
+// - ShiftLeft/ShiftRight take (u)int16 and (u)int32; both are logical on
+//   unsigned types and arithmetic on signed ones (ShiftLeft keeps the sign
+//   bit, per the ShiftLeft page); the shift lies in [0, 16] or [0, 32].
+// - There is no Xor in the A2 basic API. The advanced Xor exists on A2 for
+//   int16/uint16 (asc-devkit docs/zh/api/SIMD-API/高阶API/数学计算/Xor接口/
+//   Xor-82.md; 4 basic instructions in its implementation); the kernels'
+//   (a | b) - (a & b) takes 3 and the shim does not model the advanced one.
 #ifndef TA_SHIM_VECTOR_LOGIC_H
 #define TA_SHIM_VECTOR_LOGIC_H
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "vector_common.h"
 
@@ -46,6 +49,7 @@ void Bitwise(const char *api, const AscendC::LocalTensor<T> &dst, const AscendC:
         VecInstr<T> ins(api, count);
         const T *a = src0.Read(ins, "src0", ins.n);
         const T *b = src1.Read(ins, "src1", ins.n);
+        ins.Sources(src0, src1);
         T *d = dst.Write(ins, "dst", ins.n);
         for (uint32_t i = 0; i < ins.n; ++i) {
             d[i] = static_cast<T>(f(a[i], b[i]));
@@ -102,11 +106,18 @@ void ShiftLeft(const LocalTensor<T> &dst, const LocalTensor<T> &src, const T &sc
     const uint32_t s = ta_shim::ShiftCount(ins.api, scalarValue);
     const T *a = src.Read(ins, "src", ins.n);
     T *d = dst.Write(ins, "dst", ins.n);
+    using Bits = typename std::conditional<sizeof(T) == 4, uint32_t, uint16_t>::type;
+    constexpr Bits sign = static_cast<Bits>(Bits(1) << (sizeof(T) * 8 - 1));
     for (uint32_t i = 0; i < ins.n; ++i) {
-        if constexpr (sizeof(T) == 4) {
-            d[i] = static_cast<T>(s >= 32 ? 0u : static_cast<uint32_t>(a[i]) << s);
+        const Bits v = static_cast<Bits>(a[i]);
+        const Bits shifted = s >= sizeof(T) * 8 ? Bits(0) : static_cast<Bits>(uint64_t(v) << s);
+        if constexpr (IsSameType<T, int32_t>::value || IsSameType<T, int16_t>::value) {
+            // Arithmetic: the sign bit stays, the bit below it is dropped
+            // (the ShiftLeft page: 1010101010101010 as int16 << 1 is
+            // 1101010101010100).
+            d[i] = static_cast<T>(static_cast<Bits>((v & sign) | (shifted & static_cast<Bits>(~sign))));
         } else {
-            d[i] = static_cast<T>(s >= 16 ? 0u : static_cast<uint32_t>(static_cast<uint16_t>(a[i])) << s);
+            d[i] = static_cast<T>(shifted);
         }
     }
 }

@@ -122,11 +122,24 @@ void Select(const LocalTensor<T> &dst, const LocalTensor<U> &selMask, const Loca
 {
     static_assert(ta_shim::kMaskType<U>, "Select: the mask is uint8/16/32/64");
     static_assert(ta_shim::kIsFloatLike<T>, "Select: A2 selects half or float");
+    {
+        // The implementation's own PipeBarrier<PIPE_V> (below).
+        ta_shim::Timeline &tl = ta_shim::Core().tl;
+        tl.Receive(ta_shim::Pipe::kV, tl.Snapshot(ta_shim::Pipe::kV));
+    }
     ta_shim::VecInstr<T> ins("Select", calCount);
     if (selMode != SELMODE::VSEL_TENSOR_SCALAR_MODE) {
         ta_shim::Violation(ta_shim::Severity::kFatal, "unsupported",
                            "Select with a scalar operand needs SELMODE::VSEL_TENSOR_SCALAR_MODE");
     }
+    // The c220 implementation (asc-devkit impl/basic_api/dav_c220/
+    // kernel_operator_vec_cmpsel_impl.h, VselImpl with a scalar src1)
+    // duplicates the scalar over one repeat, PipeBarrier<PIPE_V>, moves it to
+    // the compare-mask register (set_cmpmask), PipeBarrier<PIPE_V>, then
+    // selects: two more machine instructions, and the barriers order the
+    // Select after every earlier vector instruction.
+    ins.extra_issues = 2;
+    ins.extra_repeats = 1;
     const uint8_t *m = ta_shim::SelectMask<T>(ins, selMask, selMode, ins.n);
     const T *a = src0.Read(ins, "src0", ins.n);
     T *d = dst.Write(ins, "dst", ins.n);
@@ -150,6 +163,7 @@ void Select(const LocalTensor<T> &dst, const LocalTensor<U> &selMask, const Loca
     const uint8_t *m = ta_shim::SelectMask<T>(ins, selMask, selMode, ins.n);
     const T *a = src0.Read(ins, "src0", ins.n);
     const T *b = src1.Read(ins, "src1", ins.n);
+    ins.Sources(src0, src1);
     T *d = dst.Write(ins, "dst", ins.n);
     for (uint32_t i = 0; i < ins.n; ++i) {
         const uint32_t bit = ta_shim::SelectBit<T>(selMode, i);

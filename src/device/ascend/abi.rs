@@ -266,11 +266,16 @@ pub fn ub_footprint(kernel: &Kernel, dtype: DType, tile_length: u32) -> Result<u
     let mask = (t / 8).div_ceil(32) * 32;
     // Half types get float copies of their operands.
     let widened = |operands: u64| if elem == 4 { 0 } else { operands * f32_tile };
-    // The vector Philox generator (kernels/ascend/ta_philox.h): 19 lane
+    // The vector Philox generator (kernels/ascend/ta_philox.h): 21 lane
     // arrays of 9 sub-arrays of one lane per 32 elements (whole 32-byte
-    // blocks), the tile's bit mask, 20 round keys one sub-array wide.
+    // blocks), each padded to whole 512-byte bank periods, 256 bytes
+    // between the two bank classes, and the tile's bit mask.
     let lanes = (t / 32).div_ceil(8) * 8;
-    let philox = 19 * 9 * lanes * 4 + lanes * 4 + 20 * lanes * 4;
+    let philox = 21 * (9 * lanes * 4).div_ceil(512) * 512 + 256 + lanes * 4;
+    // Bytes that move a buffer half a bank period (256 of 512) away from
+    // one whose start lies `gap` bytes before it (ta_common.h BankShiftPad).
+    let bank_pad = |gap: u64| (256 + 512 - gap % 512) % 512;
+    let tile32 = tile.div_ceil(32) * 32;
     let bytes = match kernel {
         // u8 out queue, the f32 ones and decisions it is narrowed from, Philox
         Kernel::Bernoulli { .. } if dtype == DType::U8 => 6 * t + philox,
@@ -280,8 +285,17 @@ pub fn ub_footprint(kernel: &Kernel, dtype: DType, tile_length: u32) -> Result<u
         Kernel::Dropout { .. } => 4 * tile + philox + widened(1),
         // x, mask and out queues, mask bits, widened x and mask
         Kernel::ApplyMask { .. } => 6 * tile + mask + widened(2),
-        // x, y and out queues, widened x and y
-        Kernel::Mul => 6 * tile + widened(2),
+        // x, y and out queues, widened x and y, and the pad that puts y in
+        // other bank groups than x (after x and out for float, after
+        // widened x for halves)
+        Kernel::Mul => {
+            let pad = if elem == 4 {
+                bank_pad(4 * tile32)
+            } else {
+                bank_pad(f32_tile)
+            };
+            6 * tile + widened(2) + pad
+        }
         // x and out queues, widened x
         Kernel::MulScalar { .. } => 4 * tile + widened(1),
         // x and out queues, the u8 mask queue and its half widening (bytes
