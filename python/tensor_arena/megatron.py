@@ -47,8 +47,13 @@ def current_device():
     return torch.device("cpu")
 
 
+# The autograd engine's current graph task (-1 outside a backward pass); private, so absent
+# from some torch builds, where the end of backward is no boundary.
+_graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
+
 def _in_backward():
-    return torch._C._current_graph_task_id() != -1
+    return _graph_task() != -1
 
 
 class GlobalMemoryBuffer:
@@ -103,7 +108,6 @@ class GlobalMemoryBuffer:
         self._unplanned = set()  # (name, dtype) served megatron's way for good
         self._pending = {}  # (mode, name, dtype) -> elements beyond the plan, for the re-plan
         self._contexts = {}  # (name, dtype) -> mem_alloc_context it was asked with
-        self._slab_context = None
         self._queued_task = None
         self._first = None  # the first request since the last boundary, and its repeats
         self._repeats = 0
@@ -233,7 +237,7 @@ class GlobalMemoryBuffer:
             self._step = self._step_cm.__enter__()
 
     def _queue_backward_end(self):
-        task = torch._C._current_graph_task_id()
+        task = _graph_task()
         if task != self._queued_task:
             self._queued_task = task
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
@@ -421,9 +425,11 @@ class GlobalMemoryBuffer:
         return self.recorder.is_frozen
 
     def stats(self):
-        """Counters: ``boundaries`` seen, ``plans`` made (one slab each), ``replans`` (plans made
-        because requests went beyond the plan), ``fallback_requests`` served megatron's way and
-        the ``fallback_allocations`` (``torch.empty``) they made."""
+        """Counters: ``boundaries`` that ended an iteration with requests off the plan (an
+        iteration served wholly by the plan does not count), ``plans`` made (one slab each),
+        ``replans`` (plans made because requests went beyond the plan), ``fallback_requests``
+        served megatron's way (while recording, beyond the plan, unplanned dtypes) and the
+        ``fallback_allocations`` (``torch.empty``) they made."""
         return dict(self._counts, frozen=self.is_frozen)
 
 
@@ -458,7 +464,7 @@ def install(buffer=None, **options):
     parallel_state._GLOBAL_MEMORY_BUFFER = buf
     fsdp = _fsdp_utils()
     if fsdp is not None:
-        originals["fsdp"] = fsdp._GLOBAL_MEMORY_BUFFER if hasattr(fsdp, "_GLOBAL_MEMORY_BUFFER") else None
+        originals["fsdp"] = getattr(fsdp, "_GLOBAL_MEMORY_BUFFER", None)
         fsdp._GLOBAL_MEMORY_BUFFER = buf
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
