@@ -167,14 +167,14 @@ def test_a_frozen_recorder_serves_each_mode_and_names_it_in_errors(tmp_path):
 
 
 def test_megatron_buffers_learn_per_mode():
-    buf = ta.GlobalMemoryBuffer("cpu", modes=("train", "eval"))
+    buf = ta.GlobalMemoryBuffer("cpu", modes=("train", "eval"), strict=True)
     with buf.step("train"):
         buf.get_tensor((128, 64), torch.float32, "act")
     assert buf.arena is None  # eval not recorded yet
     with buf.step("eval"):
         buf.get_tensor((512, 64), torch.float32, "act")
         with pytest.raises(ta.ModeError):
-            buf.get_tensor((4, 64), torch.float32, "act", mode="train")
+            buf.get_tensor((4, 64), torch.float32, "act", arena_mode="train")
     assert buf.arena is not None
     with buf.step("eval"):
         buf.get_tensor((512, 64), torch.float32, "act")

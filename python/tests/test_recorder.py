@@ -171,7 +171,7 @@ def test_spec_sets_from_python_values():
 
 
 def test_megatron_get_tensor_records_then_serves_views():
-    buf = ta.GlobalMemoryBuffer("cpu", record_steps=2)
+    buf = ta.GlobalMemoryBuffer("cpu", record_steps=2, strict=True)
     shapes = [(128, 4, 64), (96, 4, 64), (120, 4, 64)]
     seen = []
     for shape in shapes:
