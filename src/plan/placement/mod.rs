@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 mod engine;
 mod greedy;
+mod reorder;
 mod search;
 mod strategy;
 mod sweep;
