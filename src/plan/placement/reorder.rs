@@ -13,8 +13,10 @@
 //!
 //! Chains start from several greedy orders ([`CHAIN_ORDERS`]); each runs
 //! [`CHAIN_ROUNDS`] rounds at most and stops after [`CHAIN_PATIENCE`]
-//! rounds without a new best. Everything stops once the goal (the lower
-//! bound, or a capacity) is met. The result depends only on the input,
+//! rounds without a new best of its own. After a chain has lowered the
+//! best placement, the first chain that does not ends the re-ordering.
+//! Everything stops once the goal (the lower bound, or a capacity) is
+//! met. The result depends only on the input,
 //! unless the deadline stops a round first: then the best complete
 //! placement so far comes back.
 
@@ -70,10 +72,12 @@ pub(super) fn reorder(
         placer: start_placer,
         rounds: 0,
     };
+    let mut improved = false;
     for order in CHAIN_ORDERS {
         if best.height <= goal {
             break;
         }
+        let chain_start = best.height;
         let mut sequence = order.sequence(items);
         let mut chain_best = usize::MAX;
         let mut stale = 0;
@@ -113,6 +117,13 @@ pub(super) fn reorder(
             }
             sequence = squeaky_first(items, &sequence, &offsets, squeak);
         }
+        // Chains are restarts: once one has helped, a restart that does
+        // not is taken as the sign that the rest will not either.
+        let helped = best.height < chain_start;
+        if improved && !helped {
+            break;
+        }
+        improved |= helped;
     }
     best
 }
