@@ -146,7 +146,8 @@ fn print_table(r: &Report<'_>) {
     }
     println!("valid         {}", if r.valid { "yes" } else { "no" });
     let reordered = if r.rounds > 0 {
-        format!(", {} re-ordering rounds", r.rounds)
+        let plural = if r.rounds == 1 { "" } else { "s" };
+        format!(", {} re-ordering round{plural}", r.rounds)
     } else {
         String::new()
     };
