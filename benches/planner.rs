@@ -19,7 +19,7 @@
 //!
 //! ```sh
 //! cargo bench --bench planner
-//! cargo bench --bench planner -- idealloc --warm-up-time 1 --measurement-time 3
+//! cargo bench --bench planner -- idealloc
 //! python3 benches/medians.py
 //! ```
 
