@@ -9,18 +9,27 @@
 //!   placed by greedy by size and best of orders, and planned end to end by
 //!   the `Planner` (10,000 specs, default strategy).
 //!
+//! - `idealloc/{greedy,best,auto}/X`: idealloc's IOPDDL instances
+//!   (tests/data/idealloc; G_1 816 buffers, S_1 28,526, Y_1 62,185) placed
+//!   by greedy by size (the previous default above 2,048 buffers) and by
+//!   the default strategy (`auto`: greedy, then re-ordered best fit until
+//!   the lower bound or the time limit); best of orders on G_1 only (tens
+//!   of seconds on the large ones). Ratios to the lower bound are printed
+//!   once per instance and strategy.
+//!
 //! ```sh
 //! cargo bench --bench planner
+//! cargo bench --bench planner -- idealloc
 //! python3 benches/medians.py
 //! ```
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 use tensor_arena::Planner;
 use tensor_arena::plan::minimalloc;
-use tensor_arena::plan::placement::{self, GreedyOrder, Interval, Strategy};
+use tensor_arena::plan::placement::{self, AUTO_BEST_MAX, GreedyOrder, Interval, Strategy};
 
 const CAPACITY: usize = 1_048_576;
 
@@ -124,5 +133,51 @@ fn large(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, instances, large);
+fn load_idealloc(name: &str) -> Vec<Interval> {
+    let path = format!(
+        "{}/tests/data/idealloc/{name}.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(path).expect("instance file");
+    minimalloc::parse(&text).expect("valid instance").buffers
+}
+
+fn idealloc(c: &mut Criterion) {
+    let mut g = c.benchmark_group("idealloc");
+    // Seconds per run: one run per sample.
+    g.sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    for name in ["G_1", "S_1", "Y_1"] {
+        let items = load_idealloc(name);
+        let bound = placement::lower_bound(&items);
+        let mut strategies = vec![
+            ("greedy", Strategy::greedy()),
+            ("auto", Strategy::default()),
+        ];
+        if items.len() <= AUTO_BEST_MAX {
+            strategies.insert(1, ("best", Strategy::best()));
+        }
+        for (label, strategy) in strategies {
+            let once = placement::solve(&items, &strategy).expect("solve");
+            println!(
+                "idealloc/{label}/{name}: {} buffers, height {} = {:.5}x the lower bound {bound}",
+                items.len(),
+                once.height,
+                once.height as f64 / bound as f64
+            );
+            g.bench_with_input(BenchmarkId::new(label, name), &items, |b, items| {
+                b.iter(|| {
+                    placement::solve(black_box(items), &strategy)
+                        .expect("solve")
+                        .height
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, instances, large, idealloc);
 criterion_main!(benches);

@@ -21,7 +21,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N")]
     capacity: Option<usize>,
     /// greedy (by size), best (of every greedy order), search (branch and
-    /// bound) or auto (best, then search if the capacity is missed).
+    /// bound) or auto (best, re-ordered best fit while above the lower
+    /// bound, then search if the capacity is missed).
     #[arg(long, default_value = "auto", value_parser = parse_strategy)]
     strategy: StrategyKind,
     /// Time limit of the search, in seconds (the search returns the best
@@ -70,6 +71,7 @@ struct Report<'a> {
     proven_bound: usize,
     strategy: &'a str,
     greedy: Option<String>,
+    rounds: u32,
     search_status: Option<placement::SearchStatus>,
     nodes: u64,
     seconds: f64,
@@ -109,6 +111,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         proven_bound: solution.proven_bound,
         strategy: strategy.kind.name(),
         greedy: solution.greedy.map(|g| g.to_string()),
+        rounds: solution.rounds,
         search_status: solution.search_status,
         nodes: solution.nodes,
         seconds,
@@ -142,8 +145,15 @@ fn print_table(r: &Report<'_>) {
         None => println!("capacity      none"),
     }
     println!("valid         {}", if r.valid { "yes" } else { "no" });
+    let reordered = if r.rounds > 0 {
+        let plural = if r.rounds == 1 { "" } else { "s" };
+        format!(", {} re-ordering round{plural}", r.rounds)
+    } else {
+        String::new()
+    };
     let how = match (&r.greedy, r.search_status) {
-        (Some(greedy), None) => format!("greedy placement ({greedy})"),
+        (Some(greedy), None) => format!("greedy placement ({greedy}){reordered}"),
+        (None, None) => format!("re-ordered best fit{reordered}"),
         (Some(greedy), Some(status)) => {
             format!(
                 "greedy placement ({greedy}) kept; search {status:?}, {} nodes",
@@ -151,7 +161,6 @@ fn print_table(r: &Report<'_>) {
             )
         }
         (None, Some(status)) => format!("search {status:?}, {} nodes", r.nodes),
-        (None, None) => String::new(),
     };
     println!("strategy      {} -> {how}", r.strategy);
     if r.optimal {

@@ -60,6 +60,22 @@ fn json_report_has_the_documented_fields() {
     assert_eq!(v["fits"], true, "no capacity: anything fits");
     assert!(v["capacity"].is_null());
     assert!(v["height"].as_u64().unwrap() > 1_048_576);
+    assert_eq!(v["rounds"], 0, "best runs no re-ordering");
+    assert!(out.status.success());
+}
+
+/// The default strategy on idealloc's G_1 reports its re-ordering rounds
+/// and reaches the lower bound from the command line.
+#[test]
+fn default_strategy_reports_the_lower_bound_on_g_1() {
+    let csv = format!("{}/tests/data/idealloc/G_1.csv", env!("CARGO_MANIFEST_DIR"));
+    let out = plan(&["--csv", &csv, "--json"]);
+    let v = json(&out);
+    assert_eq!(v["strategy"], "auto");
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["height"], v["lower_bound"]);
+    assert_eq!(v["optimal"], true);
+    assert!(v["rounds"].as_u64().is_some(), "{v}");
     assert!(out.status.success());
 }
 

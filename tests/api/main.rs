@@ -39,6 +39,7 @@ mod bit_masks;
 mod checked;
 mod cli;
 mod fuzz_specs;
+mod large_instances;
 mod minimalloc;
 mod modes;
 mod ops;

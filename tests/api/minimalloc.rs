@@ -103,6 +103,20 @@ fn search_fits_c_into_the_capacity() {
     assert_ne!(solution.search_status, None);
 }
 
+/// Minimising without a capacity tries the lower bound first, as hard as a
+/// capacity: F is packed perfectly and proven optimal (it used to stop at
+/// 1.041x after 30 s of bisection with small budgets).
+#[test]
+fn minimising_f_reaches_its_lower_bound() {
+    let problem = load("F");
+    let strategy = Strategy::search().with_time_limit(Duration::from_secs(120));
+    let solution = placement::solve(&problem.buffers, &strategy).unwrap();
+    placement::validate(&problem.buffers, &solution.offsets, Some(CAPACITY)).unwrap();
+    assert_eq!(solution.height, CAPACITY);
+    assert_eq!(solution.search_status, Some(SearchStatus::Optimal));
+    assert!(solution.optimal);
+}
+
 #[test]
 #[ignore = "runs the search on all six instances; use --release"]
 fn search_fits_every_instance_and_minimises_c_and_d() {

@@ -134,6 +134,7 @@ proptest! {
         prop_assert_eq!(heights[0], by_size);
         prop_assert!(heights[1] <= heights[0], "best of orders above greedy by size");
         prop_assert!(heights[2] <= heights[1], "search above its seed");
+        prop_assert!(heights[3] <= heights[1], "auto (re-ordered) above best of orders");
         for order in GreedyOrder::ALL {
             for offsets in [placement::greedy(&items, order), placement::greedy_lowest(&items, order)] {
                 placement::validate(&items, &offsets, None).unwrap();
@@ -282,4 +283,40 @@ fn search_without_capacity_minimises_planner_slabs() {
     let plan = trap_planner(Strategy::greedy(), false).plan().unwrap();
     assert_eq!(plan.placement().greedy, Some(placement::Greedy::BY_SIZE));
     assert_eq!(plan.placement().search_status, None);
+}
+
+/// Random instances just above [`placement::AUTO_BEST_MAX`] buffers, where
+/// the default strategy starts from greedy by size and re-orders.
+fn large_instance() -> impl proptest::strategy::Strategy<Value = Vec<Interval>> {
+    let n = placement::AUTO_BEST_MAX + 1;
+    prop::collection::vec((0usize..3000, 1usize..40, 1usize..64, 0u8..10), n..n + 200).prop_map(
+        |v| {
+            v.into_iter()
+                .map(|(lower, len, size, long)| Interval {
+                    lower,
+                    // One in ten lives long, as activations kept for backward do.
+                    upper: lower + if long == 0 { len * 50 } else { len },
+                    size: size * 512,
+                })
+                .collect()
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(6))]
+
+    #[test]
+    fn the_default_never_loses_to_greedy_by_size_on_large_instances(items in large_instance()) {
+        let by_size = placement::height(&items, &placement::greedy(&items, GreedyOrder::Size));
+        let s = placement::solve(&items, &Strategy::default().with_time_limit(GENEROUS)).unwrap();
+        placement::validate(&items, &s.offsets, None).unwrap();
+        prop_assert_eq!(s.height, placement::height(&items, &s.offsets));
+        prop_assert!(s.height <= by_size);
+        prop_assert!(s.height >= s.lower_bound);
+        prop_assert_eq!(s.optimal, s.height == s.lower_bound);
+        // Deterministic: the same input, the same placement.
+        let again = placement::solve(&items, &Strategy::default().with_time_limit(GENEROUS)).unwrap();
+        prop_assert_eq!(again.offsets, s.offsets);
+    }
 }

@@ -13,6 +13,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -417,10 +418,24 @@ pub(crate) fn insert_placed(placed: &mut Vec<Placed>, p: Placed) {
 /// Offsets never overflow: each is the end of a stack of distinct buffers,
 /// so it is at most the sum of all sizes, and ends saturate beyond that.
 pub fn place_in_sequence(items: &[Interval], sequence: &[usize]) -> Vec<usize> {
+    // Without a deadline the placement always completes.
+    place_in_sequence_until(items, sequence, None).unwrap_or_default()
+}
+
+/// [`place_in_sequence`] that gives up (returns `None`) once `deadline`
+/// has passed; the clock is read every 1024 buffers.
+pub(crate) fn place_in_sequence_until(
+    items: &[Interval],
+    sequence: &[usize],
+    deadline: Option<Instant>,
+) -> Option<Vec<usize>> {
     let mut offsets = vec![0usize; items.len()];
     // Placed buffers sorted by offset.
     let mut placed: Vec<Placed> = Vec::with_capacity(items.len());
-    for &i in sequence {
+    for (k, &i) in sequence.iter().enumerate() {
+        if k % 1024 == 1023 && deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
+        }
         let Some(it) = items.get(i) else { continue };
         if it.is_trivial() {
             continue;
@@ -429,7 +444,7 @@ pub fn place_in_sequence(items: &[Interval], sequence: &[usize]) -> Vec<usize> {
         offsets[i] = offset;
         insert_placed(&mut placed, Placed::of(it, offset));
     }
-    offsets
+    Some(offsets)
 }
 
 /// For each buffer, how many other non-trivial buffers are alive with it at
