@@ -54,8 +54,10 @@ from .doctor import replay, report, sweep
 # The recorder and the Megatron adapter import torch; the doctor and the
 # console script do not need it, so they are loaded on first use (PEP 562).
 _LAZY = {
+    "AllocatorError": "allocator",
     "GlobalMemoryBuffer": "megatron",
     "Persistent": "recorder",
+    "PlannedAllocator": "allocator",
     "RecordMode": "recorder",
     "Recorder": "recorder",
     "RecordPhase": "recorder",
@@ -76,6 +78,7 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllocatorError",
     "AlreadyLeasedError",
     "Arena",
     "ArenaError",
@@ -94,6 +97,7 @@ __all__ = [
     "Phase",
     "PhaseError",
     "Plan",
+    "PlannedAllocator",
     "Planner",
     "RecordMode",
     "RecordPhase",
