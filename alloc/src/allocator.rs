@@ -9,13 +9,14 @@ use tensor_arena::arena::{GUARD_BYTE, POISON_BYTE};
 use tensor_arena::caching::CachingConfig;
 
 use crate::backing::{self, Backing};
-use crate::config::{Backend, Config, Platform};
+use crate::config::{Config, Platform};
 use crate::error::{Error, Result};
 use crate::fallback::Fallback;
 use crate::record::{FreedAt, Origin, Records};
 use crate::site_plan::{self, GUARD};
 use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, ModelFigures, Stats, fragmentation};
+use crate::trace::TraceWriter;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -106,6 +107,7 @@ pub struct PlannedAllocator {
     miss_streak: u32,
     replan_wait: u32,
     logged: u32,
+    trace: Option<TraceWriter>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -130,8 +132,15 @@ struct Counters {
 impl PlannedAllocator {
     /// Opens the backing `config` names and starts in warm-up.
     pub fn new(config: Config) -> Result<PlannedAllocator> {
+        let trace = config
+            .trace
+            .as_deref()
+            .map(TraceWriter::create)
+            .transpose()?;
         let backing = backing::open(&config)?;
-        Ok(PlannedAllocator::with_backing(config, backing))
+        let mut a = PlannedAllocator::with_backing(config, backing);
+        a.trace = trace;
+        Ok(a)
     }
 
     /// Starts over a backing of the caller's (tests, benchmarks).
@@ -163,6 +172,7 @@ impl PlannedAllocator {
             miss_streak: 0,
             replan_wait: 0,
             logged: 0,
+            trace: None,
         }
     }
 
@@ -185,8 +195,8 @@ impl PlannedAllocator {
     /// for the default stream); `None` is out of memory or bad input
     /// (counted in [`Stats::errors`]).
     pub fn alloc(&mut self, size: usize, device: i32, stream: usize) -> Option<usize> {
-        if device >= 0 && device != self.config.device && self.config.backend != Backend::Cpu {
-            let mine = self.config.device;
+        let mine = self.backing.device();
+        if device >= 0 && mine >= 0 && device != mine {
             self.error(Kind::OtherDevice, || {
                 format!(
                     "alloc for device {device}: this allocator serves device {mine}; answered NULL"
@@ -210,6 +220,14 @@ impl PlannedAllocator {
             });
             return None;
         }
+        let addr = self.alloc_inner(size, stream);
+        if let Some(t) = self.trace.as_mut() {
+            t.event("alloc", addr.unwrap_or(0), size, stream);
+        }
+        addr
+    }
+
+    fn alloc_inner(&mut self, size: usize, stream: usize) -> Option<usize> {
         let size64 = size as u64;
         let stream = self.stream_id(stream);
         self.counters.requests += 1;
@@ -225,7 +243,10 @@ impl PlannedAllocator {
             self.counters.requests_serving += 1;
             if let Some(addr) = self.serve_planned(origin, size64, stream) {
                 self.counters.served += 1;
-                self.add_live(size64);
+                // The slab is reserved already: only the live bytes move.
+                let c = &mut self.counters;
+                c.live_bytes += size64;
+                c.peak_live = c.peak_live.max(c.live_bytes);
                 return Some(addr);
             }
         } else if serving {
@@ -261,6 +282,9 @@ impl PlannedAllocator {
     pub fn free(&mut self, addr: usize) {
         if addr == 0 {
             return;
+        }
+        if let Some(t) = self.trace.as_mut() {
+            t.event("free", addr, 0, 0);
         }
         let at = self.now();
         let checked = self.checked;
@@ -327,6 +351,9 @@ impl PlannedAllocator {
                 step: self.step,
             });
         }
+        if let Some(t) = self.trace.as_mut() {
+            t.event("step_begin", 0, 0, 0);
+        }
         self.step += 1;
         self.in_step = true;
         self.clock = 0;
@@ -360,6 +387,10 @@ impl PlannedAllocator {
             });
         }
         self.in_step = false;
+        if let Some(t) = self.trace.as_mut() {
+            t.event("step_end", 0, 0, 0);
+            t.flush();
+        }
         let c = &mut self.counters;
         c.reservations_last_step = self.backing.reservations() - c.reservations_at_step_start;
         let warmup = u64::from(self.config.warmup_steps);
@@ -406,7 +437,9 @@ impl PlannedAllocator {
         self.fallback.clear(self.backing.as_mut());
         let config = self.config.clone();
         let backing = std::mem::replace(&mut self.backing, Box::new(backing::host_backing()));
+        let trace = self.trace.take();
         *self = PlannedAllocator::with_backing(config, backing);
+        self.trace = trace;
         leaked
     }
 
@@ -489,6 +522,11 @@ impl PlannedAllocator {
     /// The platform whose rules the fallback follows.
     pub fn platform(&self) -> Platform {
         self.platform
+    }
+
+    /// The device it serves (-1 for host memory).
+    pub fn device(&self) -> i32 {
+        self.backing.device()
     }
 
     /// The step being run or last run.

@@ -81,8 +81,10 @@ pub struct Config {
     /// Rules of the fallback and of the comparison model; from the
     /// backend when absent (`npu` for the NPU, `cuda` otherwise).
     pub platform: Option<Platform>,
-    /// Device index the backing reserves on (CUDA, NPU).
-    pub device: i32,
+    /// Device index the backing reserves on (CUDA, NPU); when absent, the
+    /// device of the first request through the C ABI (torch passes the
+    /// current device), else the current CUDA device, else 0.
+    pub device: Option<i32>,
     /// Steps served by the fallback and not used for planning: the first
     /// step of a training loop creates optimizer state and so differs from
     /// the later ones.
@@ -100,6 +102,11 @@ pub struct Config {
     pub checked: Option<bool>,
     /// Log the first error of each kind to standard error.
     pub log_errors: bool,
+    /// Write every event (`step_begin`, `step_end`, `alloc`, `free`) to
+    /// this CSV file (`event,addr,size,stream`): a trace to replay or to
+    /// send with a bug report. Off by default; it costs a buffered write
+    /// per request.
+    pub trace: Option<String>,
     /// The CUDA runtime library to load, instead of the usual sonames.
     pub cuda_runtime_lib: Option<String>,
     /// The ACL runtime library to load (the simulated runtime of the tests
@@ -112,13 +119,14 @@ impl Default for Config {
         Config {
             backend: Backend::Cpu,
             platform: None,
-            device: 0,
+            device: None,
             warmup_steps: 1,
             record_steps: 2,
             replan_miss_steps: 1,
             recent_steps: 4,
             checked: None,
             log_errors: true,
+            trace: None,
             cuda_runtime_lib: None,
             npu_runtime_lib: None,
         }

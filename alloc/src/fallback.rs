@@ -63,11 +63,11 @@ impl Fallback {
             let Ok(id) = self.model.malloc_on(size, stream) else {
                 return None;
             };
-            if self.sync(backing) {
-                if let Some(addr) = self.real_address(id) {
-                    self.blocks.insert(addr, FallbackBlock { id, size, origin });
-                    return Some(addr);
-                }
+            if self.sync(backing)
+                && let Some(addr) = self.real_address(id)
+            {
+                self.blocks.insert(addr, FallbackBlock { id, size, origin });
+                return Some(addr);
             }
             // The backing refused a segment the model made: undo, give the
             // cache back to the device and try once more.
@@ -140,7 +140,7 @@ impl Fallback {
         for seg in self.segments.values() {
             backing.release(seg.addr);
         }
-        let config = self.model.config().clone();
+        let config = *self.model.config();
         *self = Fallback::new(config);
     }
 

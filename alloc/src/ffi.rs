@@ -38,11 +38,21 @@ impl Global {
     /// The allocator, opened with the configured (or environment, or
     /// default) settings at first use.
     fn allocator(&mut self) -> Option<&mut PlannedAllocator> {
+        self.allocator_for(None)
+    }
+
+    /// The allocator, opened at first use for `device` (the first
+    /// request's) unless the configuration names one.
+    fn allocator_for(&mut self, device: Option<i32>) -> Option<&mut PlannedAllocator> {
         if self.allocator.is_none() {
             let config = match self.config.clone() {
                 Some(c) => Ok(c),
                 None => Config::from_json(&std::env::var(CONFIG_ENV).unwrap_or_default()),
             };
+            let config = config.map(|mut c| {
+                c.device = c.device.or(device.filter(|&d| d >= 0));
+                c
+            });
             match config.and_then(PlannedAllocator::new) {
                 Ok(a) => self.allocator = Some(a),
                 Err(e) => {
@@ -94,7 +104,7 @@ pub extern "C" fn tensor_arena_alloc(
 ) -> *mut c_void {
     guarded(std::ptr::null_mut(), || {
         let mut g = global();
-        match g.allocator() {
+        match g.allocator_for(Some(device)) {
             Some(a) => a
                 .alloc(size, device, stream as usize)
                 .map_or(std::ptr::null_mut(), |addr| addr as *mut c_void),
@@ -242,7 +252,7 @@ pub unsafe extern "C" fn tensor_arena_report_json(buf: *mut c_char, cap: usize) 
 pub unsafe extern "C" fn tensor_arena_snapshot_json(buf: *mut c_char, cap: usize) -> usize {
     json_call(buf, cap, |g| match g.allocator() {
         Some(a) => {
-            let device = a.config().device;
+            let device = a.device();
             report::snapshot(a, device).to_string()
         }
         None => "{}".to_owned(),

@@ -50,6 +50,7 @@ pub mod report;
 mod site_plan;
 mod slab;
 mod stats;
+pub mod trace;
 
 pub use allocator::{Phase, PlannedAllocator, caching_config};
 pub use backing::Backing;

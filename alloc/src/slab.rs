@@ -21,6 +21,9 @@ pub struct PlannedSlab {
     position: Vec<u32>,
     /// Offset-ordered sites: `(offset, end, site)`.
     by_offset: Vec<(u64, u64, u32)>,
+    /// Per site: the first position whose offset is at or past the site's
+    /// end (the bound of its overlap query, fixed by the plan).
+    end_bound: Vec<u32>,
     live: LiveSet,
     /// Per site: the step and the bytes of its live block.
     live_block: Vec<(u64, u64)>,
@@ -63,7 +66,13 @@ impl PlannedSlab {
             position[k as usize] = pos as u32;
         }
         let n = plan.sites.len();
+        let end_bound = plan
+            .sites
+            .iter()
+            .map(|s| by_offset.partition_point(|&(o, _, _)| o < s.offset + s.slot) as u32)
+            .collect();
         PlannedSlab {
+            end_bound,
             plan,
             base,
             region_bytes,
@@ -94,9 +103,7 @@ impl PlannedSlab {
         if size > site.capacity {
             return Err(Refusal::Size);
         }
-        let end = site.offset + site.slot;
-        let bound = self.by_offset.partition_point(|&(o, _, _)| o < end);
-        if let Some(p) = self.live.predecessor(bound)
+        if let Some(p) = self.live.predecessor(self.end_bound[k] as usize)
             && self.by_offset[p].1 > site.offset
         {
             return Err(Refusal::Overlap);

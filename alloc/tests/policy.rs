@@ -190,3 +190,23 @@ fn the_caching_model_comparison_covers_the_recorded_steps() {
     }
     a.free(w);
 }
+
+#[test]
+fn out_of_memory_is_null_and_the_allocator_goes_on() {
+    use tensor_arena::HostDevice;
+    use tensor_arena_alloc::{Config, PlannedAllocator, backing::host_backing_on};
+    let config = Config::from_json(r#"{"log_errors": false}"#).unwrap();
+    let mut a = PlannedAllocator::with_backing(
+        config,
+        Box::new(host_backing_on(HostDevice::with_limit(64 << 20))),
+    );
+    let big = a.alloc(40 << 20, 0, 0).expect("fits");
+    assert_eq!(a.alloc(40 << 20, 0, 0), None, "the device is full");
+    assert_eq!(a.alloc(100 << 20, 0, 0), None, "larger than the device");
+    let e = a.stats().errors;
+    assert_eq!((e.out_of_memory, e.too_large), (1, 1));
+    a.free(big);
+    let again = a.alloc(40 << 20, 0, 0).expect("the cache serves it again");
+    a.free(again);
+    assert_eq!(a.live_blocks(), 0);
+}

@@ -56,8 +56,8 @@ pub struct CudaBacking {
 
 impl CudaBacking {
     /// Loads the CUDA runtime (`lib`, else the usual sonames) for device
-    /// `device`.
-    pub fn open(device: i32, lib: Option<&str>) -> Result<CudaBacking> {
+    /// `device`, else the calling thread's current device.
+    pub fn open(device: Option<i32>, lib: Option<&str>) -> Result<CudaBacking> {
         let names: Vec<&str> = match lib {
             Some(l) => vec![l],
             None => CUDART_NAMES.to_vec(),
@@ -111,13 +111,21 @@ impl CudaBacking {
         };
         let mut backing = CudaBacking {
             fns,
-            device,
+            device: device.unwrap_or(0),
             regions: BTreeMap::new(),
             reservations: 0,
             reserved: 0,
             total: None,
             _lib: lib,
         };
+        if device.is_none() {
+            let mut current: c_int = 0;
+            // SAFETY: cudaGetDevice writes one int through a valid pointer.
+            backing.check("cudaGetDevice", unsafe {
+                (backing.fns.get_device)(&mut current)
+            })?;
+            backing.device = current;
+        }
         backing.total = backing.mem_info().ok().map(|(_, total)| total);
         Ok(backing)
     }
@@ -255,6 +263,10 @@ impl Backing for CudaBacking {
 
     fn reserved_bytes(&self) -> u64 {
         self.reserved
+    }
+
+    fn device(&self) -> i32 {
+        self.device
     }
 }
 

@@ -25,13 +25,20 @@ pub struct DeviceBacking<D: Device> {
 
 /// Host pages (the CPU backend).
 pub fn host_backing() -> DeviceBacking<HostDevice> {
+    host_backing_on(HostDevice::new())
+}
+
+/// Host pages of a host device of the caller's (for instance
+/// [`HostDevice::with_limit`], a small device for out-of-memory tests).
+pub fn host_backing_on(device: HostDevice) -> DeviceBacking<HostDevice> {
     DeviceBacking {
-        device: HostDevice::new(),
+        device,
         slabs: BTreeMap::new(),
         reservations: 0,
         reserved: 0,
-        total: host_memory_total(),
+        total: None,
     }
+    .with_host_total()
 }
 
 /// Ascend device memory on device `id`; `runtime_lib` names the ACL
@@ -65,6 +72,15 @@ pub struct NpuBacking(DeviceBacking<AscendDevice>);
 // threads that allocate NPU tensors (an assumption, docs/allocator.md).
 #[allow(unsafe_code)]
 unsafe impl Send for NpuBacking {}
+
+impl DeviceBacking<HostDevice> {
+    /// The capacity: the device's limit, else the machine's memory.
+    fn with_host_total(mut self) -> Self {
+        let limit = self.device.free_memory().ok().flatten();
+        self.total = limit.or_else(host_memory_total);
+        self
+    }
+}
 
 impl<D: Device> DeviceBacking<D> {
     fn slab_at(&self, addr: usize, len: usize) -> Result<(&D::Slab, usize)> {
@@ -155,6 +171,9 @@ where
     fn reserved_bytes(&self) -> u64 {
         self.reserved
     }
+    fn device(&self) -> i32 {
+        -1
+    }
 }
 
 impl Backing for NpuBacking {
@@ -197,6 +216,9 @@ impl Backing for NpuBacking {
     }
     fn reserved_bytes(&self) -> u64 {
         self.0.reserved
+    }
+    fn device(&self) -> i32 {
+        self.0.device.id()
     }
 }
 

@@ -10,7 +10,7 @@ mod cuda;
 mod device;
 
 pub use cuda::CudaBacking;
-pub use device::{DeviceBacking, host_backing, npu_backing};
+pub use device::{DeviceBacking, NpuBacking, host_backing, host_backing_on, npu_backing};
 
 /// A source of device memory regions.
 pub trait Backing: Send {
@@ -33,6 +33,8 @@ pub trait Backing: Send {
     fn reservations(&self) -> u64;
     /// Bytes reserved now.
     fn reserved_bytes(&self) -> u64;
+    /// The device index it reserves on (-1 for host memory).
+    fn device(&self) -> i32;
 }
 
 /// Opens the backing `config` names. A backend whose runtime is missing
@@ -46,7 +48,7 @@ pub fn open(config: &Config) -> Result<Box<dyn Backing>> {
             config.cuda_runtime_lib.as_deref(),
         )?),
         Backend::Npu => Box::new(npu_backing(
-            config.device,
+            config.device.unwrap_or(0),
             config.npu_runtime_lib.as_deref(),
         )?),
     })
