@@ -170,7 +170,7 @@ fn threads_allocating_in_the_same_steps_never_share_bytes() {
     }
     let mut a = a.lock().unwrap();
     let s = a.stats();
-    assert_eq!(s.plans >= 1, true);
+    assert!(s.plans >= 1);
     assert!(
         s.served_from_plan > 0,
         "interleaved threads still hit some sites"

@@ -365,6 +365,20 @@ def test_launcher_runs_an_unmodified_script(env, tmp_path):
     assert s["requests_after_warmup"] > 0 and s["served_from_plan"] > 0
     assert s["backing_reservations_last_step"] == 0
     assert s["errors"] == {k: 0 for k in s["errors"]}
+    # The loop is periodic: blocks alive across a boundary (the gradients until the
+    # next zero_grad(), the loss until it is reassigned) must not make it re-plan.
+    assert s["served_share"] >= 0.99
+    assert s["replans"] <= 1, f"{s['replans']} re-plans of a periodic loop; misses {s['misses']}"
+
+
+def test_checked_mode_keeps_the_losses(env, tmp_path):
+    e = dict(env, TENSOR_ARENA_CHECKED="1")
+    lines, r = example(e, tmp_path, "--steps", "8")
+    assert r["identical"] is True, "checked mode changed the losses"
+    st = r["stats"]
+    assert st["checked"] is True
+    assert st["served_share"] == 1.0 and st["served_from_plan"] > 0
+    assert st["errors"]["guard_violations"] == 0
 
 
 def test_launcher_runs_a_module(env, tmp_path):
