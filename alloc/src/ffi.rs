@@ -2,7 +2,6 @@
 //! over one process-wide allocator behind a mutex. Nothing unwinds across
 //! the boundary: a panic is caught, counted as an error and answered like
 //! a failure.
-#![allow(unsafe_code)] // C strings and caller buffers cross here.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};

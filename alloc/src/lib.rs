@@ -43,6 +43,8 @@ pub mod backing;
 mod config;
 mod error;
 mod fallback;
+// The C ABI: C strings and caller buffers cross here.
+#[allow(unsafe_code)]
 pub mod ffi;
 mod live_set;
 mod record;

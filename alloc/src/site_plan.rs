@@ -140,7 +140,12 @@ pub fn plan(
     let (offsets, optimal) = match placement::solve(&intervals, &strategy) {
         // Slots are whole granules, so every placement the planner makes
         // is granule-aligned; the check keeps that a fact, not a hope.
-        Ok(solution) if solution.offsets.iter().all(|&o| (o as u64).is_multiple_of(GRANULE)) => {
+        Ok(solution)
+            if solution
+                .offsets
+                .iter()
+                .all(|&o| (o as u64).is_multiple_of(GRANULE)) =>
+        {
             (solution.offsets, solution.optimal)
         }
         Ok(_) => (stacked(&intervals), false),

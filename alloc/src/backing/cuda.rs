@@ -1,7 +1,6 @@
 //! CUDA device memory through the CUDA runtime (`libcudart`), loaded at
 //! run time: nothing links against CUDA, and a machine without it fails
 //! with an error naming what was searched.
-#![allow(unsafe_code)] // dlopen'd C functions are called through raw pointers.
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, c_char, c_int, c_void};

@@ -70,7 +70,6 @@ pub struct NpuBacking(DeviceBacking<AscendDevice>);
 // use, so no two threads touch the counts at once. ACL itself allows calls
 // from any thread on which the device is set, which torch_npu does on the
 // threads that allocate NPU tensors (an assumption, docs/allocator.md).
-#[allow(unsafe_code)]
 unsafe impl Send for NpuBacking {}
 
 impl DeviceBacking<HostDevice> {

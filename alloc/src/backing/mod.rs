@@ -6,7 +6,11 @@
 use crate::config::{Backend, Config};
 use crate::error::Result;
 
+// The CUDA runtime's functions, dlopen'd, are called through raw pointers.
+#[allow(unsafe_code)]
 mod cuda;
+// The Ascend device handle is made `Send`: one owner, behind the mutex.
+#[allow(unsafe_code)]
 mod device;
 
 pub use cuda::CudaBacking;
