@@ -12,10 +12,13 @@ so that the noise of a shared machine falls on both kinds alike. The first
 ``--warmup`` steps of each (the planned one records and plans in them) are
 not timed; then ``time.perf_counter`` times each step, ``alloc.step()``
 included. Printed: the median step time of each kind over all timed steps,
-their ratio planned / torch, and the median and range of the paired
-per-step ratios. Each step reseeds torch's generator, so both models draw the
-same dropout masks and their losses must agree bit for bit (printed). Flags it does not know go to the example's parser
-(``--seq-len``, ``--batch``, ``--layers``, ``--embd``, ``--threads``...).
+their ratio planned / torch, the median and quartiles of the paired per-step
+ratios, and the median and range of the per-round ratios (the figure to
+quote: each compares medians measured in one process under the same load).
+Each step reseeds torch's generator, so both models draw the same dropout
+masks and their losses must agree bit for bit (printed). Flags it does not
+know go to the example's parser (``--seq-len``, ``--batch``, ``--layers``,
+``--embd``, ``--threads``...).
 """
 
 import argparse
@@ -123,7 +126,7 @@ def main():
             pooled[kind] += res[kind]
         paired += [p / t for p, t in zip(res["planned"], res["torch"])]
         ratio = statistics.median(res["planned"]) / statistics.median(res["torch"])
-        rounds.append(res)
+        rounds.append(ratio)
         print(f"round {r}: torch {statistics.median(res['torch']) * 1e3:.2f} ms, "
               f"planned {statistics.median(res['planned']) * 1e3:.2f} ms, ratio {ratio:.4f}; "
               f"losses identical: {res['identical']}; served {res['served_share'] * 100:.2f}%, "
@@ -137,6 +140,8 @@ def main():
     print(f"median step: torch's allocator {t * 1e3:.2f} ms, planned allocator {p * 1e3:.2f} ms, "
           f"ratio {p / t:.4f}; paired per-step ratio median {statistics.median(paired):.4f} "
           f"(quartiles {statistics.quantiles(paired, n=4)[0]:.4f}-{statistics.quantiles(paired, n=4)[2]:.4f})")
+    print(f"per-round ratio (medians of one process, the same conditions): median {statistics.median(rounds):.4f}, "
+          f"range {min(rounds):.4f}-{max(rounds):.4f}")
 
 
 if __name__ == "__main__":

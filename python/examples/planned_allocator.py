@@ -164,16 +164,18 @@ def main(argv=None):
 
     alloc = ta.PlannedAllocator(args.device, **json.loads(args.policy)).install()
     per_step = []
+    phase = [alloc.stats()["phase"]]  # the phase a step runs in: the one read before it
 
     def on_step(i, length, loss):
         s = alloc.stats()
+        during, phase[0] = phase[0], s["phase"]
         per_step.append({k: s[k] for k in (
             "phase", "requests", "requests_after_warmup", "served_from_plan",
             "fallback_allocations_last_step", "backing_reservations",
             "backing_reservations_last_step", "misses", "replans", "plans", "slab_bytes",
         )} | {"length": length})
         if not args.quiet:
-            print(f"step {i:3d}  length {length:4d}  loss {loss:.6f}  {s['phase']:9s}  "
+            print(f"step {i:3d}  length {length:4d}  loss {loss:.6f}  {during:9s}  "
                   f"served {s['served_from_plan']}/{s['requests_after_warmup']}  "
                   f"fallback {s['fallback_allocations_last_step']}  replans {s['replans']}")
 
