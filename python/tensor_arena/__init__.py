@@ -20,6 +20,9 @@ their phases or their mode and views beyond the padded capacity with
 exceptions that name the buffer, the shape, the mode and the limit.
 :func:`replay` and :func:`sweep` run the fragmentation doctor
 (``tensor-arena replay``) on a snapshot, a trace file or a live snapshot dict.
+:class:`PlannedAllocator` (``tensor_arena.allocator``) puts the planned
+allocator library in torch's own allocator slot for unmodified training loops;
+``python -m tensor_arena.run train.py`` does so without editing the script.
 See docs/python.md.
 """
 

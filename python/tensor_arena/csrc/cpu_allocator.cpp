@@ -46,17 +46,15 @@ void planned_delete(void* ptr) {
   g_free.load(std::memory_order_acquire)(ptr, 0, kCpuDevice, nullptr);
 }
 
+// The library's last message, or a pointer to where the refusal is counted
+// (the library logs its first refusal of each kind to stderr itself).
 std::string library_error() {
   LastErrorFn last_error = g_last_error.load(std::memory_order_acquire);
-  if (last_error == nullptr) {
-    return "no message";
-  }
   char buf[1024];
-  std::size_t n = last_error(buf, sizeof buf);
-  if (n == 0) {
-    return "no message";
+  if (last_error != nullptr && last_error(buf, sizeof buf) > 0) {
+    return std::string(buf);
   }
-  return std::string(buf);
+  return "the allocator library answered NULL (counted in stats()[\"errors\"])";
 }
 
 class PlannedCpuAllocator final : public c10::Allocator {
@@ -74,7 +72,7 @@ class PlannedCpuAllocator final : public c10::Allocator {
         nbytes,
         " bytes: ",
         library_error(),
-        " (tensor_arena.PlannedAllocator.report() says what the plan and the fallback hold)");
+        "; PlannedAllocator.report() says what the plan and the fallback hold");
     c10::profiledCPUMemoryReporter().New(data, nbytes);
     return {data, data, &planned_delete, cpu};
   }
