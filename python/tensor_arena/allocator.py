@@ -117,7 +117,15 @@ class _Library:
             need = got  # it grew between the calls
 
     def json(self, name):
-        return json.loads(self.text(name))
+        value = json.loads(self.text(name))
+        if not value:
+            # The library answers {} when it could not make its allocator (a backing that
+            # did not load, say); its last error says why.
+            raise AllocatorError(
+                f"tensor_arena_{name}: the allocator library has no allocator: "
+                f"{self.text('last_error') or 'no message'}"
+            )
+        return value
 
     def check(self, rc, what):
         if rc < 0:
@@ -255,7 +263,8 @@ class PlannedAllocator:
                 raise AllocatorError(f"PlannedAllocator('npu') needs torch_npu: {e}") from None
             if not torch.npu.is_available():
                 raise AllocatorError("PlannedAllocator('npu'): torch_npu sees no NPU")
-            pluggable = torch_npu.npu.NPUPluggableAllocator(
+            # Defined in torch_npu/npu/memory.py (also exported as torch_npu.npu.NPUPluggableAllocator).
+            pluggable = torch_npu.npu.memory.NPUPluggableAllocator(
                 path, "tensor_arena_alloc", "tensor_arena_free"
             )
             torch_npu.npu.memory.change_current_allocator(pluggable)

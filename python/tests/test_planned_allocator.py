@@ -412,3 +412,55 @@ def test_npu_pluggable_allocator_runs_the_same_loop(env, tmp_path):
     if not torch.npu.is_available():
         pytest.skip("no NPU here")
     _device_run(env, tmp_path, "npu")
+
+
+WIRING = """
+import ctypes, json, sys, types
+import torch
+
+calls = []
+
+
+class FakePluggable:  # the test double, named: records what install() hands the runtime
+    def __init__(self, path, alloc_fn_name, free_fn_name):
+        lib = ctypes.CDLL(path)  # as torch and torch_npu do: the names must resolve in so_path
+        getattr(lib, alloc_fn_name), getattr(lib, free_fn_name)
+        calls.append(("pluggable", path, alloc_fn_name, free_fn_name))
+
+
+def change_current_allocator(a):
+    calls.append(("change_current_allocator", type(a).__name__))
+
+
+device = sys.argv[1]
+if device == "cuda":
+    torch.cuda.is_available = lambda: True
+    torch.cuda.memory.CUDAPluggableAllocator = FakePluggable
+    torch.cuda.memory.change_current_allocator = change_current_allocator
+else:
+    fake = types.ModuleType("torch_npu")
+    fake.npu = types.SimpleNamespace(memory=types.SimpleNamespace(
+        NPUPluggableAllocator=FakePluggable, change_current_allocator=change_current_allocator))
+    sys.modules["torch_npu"] = fake
+    torch.npu = types.SimpleNamespace(is_available=lambda: True)
+
+import tensor_arena as ta
+from tensor_arena import _native
+
+alloc = ta.PlannedAllocator(device)
+alloc.install()
+print(json.dumps({"calls": calls, "native": _native.__file__, "installed": alloc.installed}))
+"""
+
+
+@pytest.mark.parametrize("device", ["cuda", "npu"])
+def test_device_install_hands_the_library_to_the_pluggable_allocator(env, tmp_path, device):
+    # Named test doubles stand in for the runtimes (no GPU, no torch_npu here): this checks
+    # the wiring only, the device tests above run the real thing where a device exists.
+    (tmp_path / "w.py").write_text(textwrap.dedent(WIRING))
+    out = json.loads(run([str(tmp_path / "w.py"), device], env).stdout.strip().splitlines()[-1])
+    assert out["calls"] == [
+        ["pluggable", out["native"], "tensor_arena_alloc", "tensor_arena_free"],
+        ["change_current_allocator", "FakePluggable"],
+    ]
+    assert out["installed"] is True
