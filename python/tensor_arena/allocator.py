@@ -142,12 +142,14 @@ def library():
 
 
 def _backend(device):
+    """``"cuda:1"`` -> ``("cuda", 1)``; ``"cuda"`` -> ``("cuda", None)``."""
     name = str(device)
-    kind, _, index = name.partition(":")
-    if kind not in BACKENDS or (index and not index.isdigit()):
-        raise ValueError(f"device must be one of {', '.join(BACKENDS)}, not {name!r}")
-    # One allocator serves every device of its kind: torch passes the index.
-    return kind
+    kind, colon, index = name.partition(":")
+    if kind not in BACKENDS or (colon and not index.isdigit()) or (kind == "cpu" and index not in ("", "0")):
+        raise ValueError(
+            f"device must be one of {', '.join(BACKENDS)} (with an index for cuda and npu), not {name!r}"
+        )
+    return kind, (int(index) if colon and kind != "cpu" else None)
 
 
 def _mib(n):
@@ -162,9 +164,10 @@ def _percent_floor(share):
 class PlannedAllocator:
     """torch's allocator for ``device`` served by the planned allocator library.
 
-    ``device``: ``"cpu"``, ``"cuda"`` or ``"npu"`` (an index such as
-    ``"cuda:1"`` is accepted and ignored: one allocator serves every device of
-    the kind). ``policy`` keywords go to ``tensor_arena_configure`` as they are:
+    ``device``: ``"cpu"``, ``"cuda"`` or ``"npu"``. The library serves one
+    device per process (a rank): ``"cuda:1"`` names it, a bare ``"cuda"``
+    takes the device of the first request (torch passes its current device);
+    requests for another device get NULL and are counted. ``policy`` keywords go to ``tensor_arena_configure`` as they are:
     ``warmup_steps`` (default 1: the first step, where the optimizer creates
     its state, is not planned), ``record_steps`` (2), ``replan_miss_steps``
     (2), ``recent_steps`` (4), ``checked`` (default ``TENSOR_ARENA_CHECKED=1``)
@@ -176,7 +179,7 @@ class PlannedAllocator:
 
     def __init__(self, device="cpu", **policy):
         global _INSTANCE
-        self.device = _backend(device)
+        self.device, self.index = _backend(device)
         if _INSTANCE is not None:
             raise AllocatorError(
                 f"a PlannedAllocator({_INSTANCE.device!r}) exists in this process already: "
@@ -184,6 +187,8 @@ class PlannedAllocator:
             )
         self._lib = library()
         config = {"backend": self.device, **policy}
+        if self.index is not None:
+            config["device"] = self.index
         try:
             text = json.dumps(config)
         except TypeError as e:
