@@ -23,7 +23,7 @@ import os
 import runpy
 import sys
 
-from .allocator import BACKENDS, PlannedAllocator
+from .allocator import PlannedAllocator, _backend
 
 _POLICY_INT = ("warmup_steps", "record_steps", "replan_miss_steps", "recent_steps")
 
@@ -47,7 +47,8 @@ def _parser():
         prog="python -m tensor_arena.run",
         description="Run a training script with tensor-arena's planned allocator as torch's allocator.",
     )
-    ap.add_argument("--device", choices=BACKENDS, help="default: $TENSOR_ARENA_ALLOCATOR, else detected")
+    ap.add_argument("--device", help="cpu, cuda, npu (cuda:N, npu:N: that device); "
+                    "default: $TENSOR_ARENA_ALLOCATOR, else detected")
     for key in _POLICY_INT:
         ap.add_argument(f"--{key.replace('_', '-')}", type=int, dest=key)
     ap.add_argument("--checked", action="store_true", default=None,
@@ -91,8 +92,10 @@ def main(argv=None):
         ap.error("give a script (train.py) or -m MODULE")
 
     device = opts.device or os.environ.get("TENSOR_ARENA_ALLOCATOR") or _auto_device()
-    if device not in BACKENDS:
-        ap.error(f"TENSOR_ARENA_ALLOCATOR must be one of {', '.join(BACKENDS)}, not {device!r}")
+    try:
+        _backend(device)
+    except ValueError as e:
+        ap.error(f"--device / TENSOR_ARENA_ALLOCATOR: {e}")
     policy = {k: getattr(opts, k) for k in (*_POLICY_INT, "checked", "platform")}
     policy = {k: v for k, v in policy.items() if v is not None}
     alloc = PlannedAllocator(device, **policy).install()
