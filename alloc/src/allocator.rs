@@ -11,8 +11,10 @@ use tensor_arena::caching::CachingConfig;
 use crate::backing::{self, Backing};
 use crate::config::{Config, Platform};
 use crate::error::{Error, Result};
+use crate::exact::ExactPool;
 use crate::fallback::Fallback;
 use crate::record::{FreedAt, Origin, Records};
+use crate::shadow::Shadow;
 use crate::site_plan::{self, GUARD};
 use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, ModelFigures, Stats, fragmentation};
@@ -85,7 +87,17 @@ pub struct PlannedAllocator {
     platform: Platform,
     checked: bool,
     backing: Box<dyn Backing>,
+    /// Requests outside steps, kept ones and misses.
     fallback: Fallback,
+    /// In-step requests before the first plan: its cache served the warm-up
+    /// and recorded steps' temporaries, and goes back to the device once
+    /// the slab serves them, instead of staying mixed with blocks that
+    /// live on (weights, optimizer state).
+    scratch: Fallback,
+    /// In-step requests of warm-up steps, one region each.
+    exact: ExactPool,
+    /// The caching model beside them until the first plan.
+    shadow: Option<Shadow>,
     records: Records,
     phase: Phase,
     /// Steps begun; the current (or last) step's number.
@@ -100,11 +112,10 @@ pub struct PlannedAllocator {
     streams: HashMap<usize, u32>,
     /// Live bytes of blocks allocated outside steps.
     counters: Counters,
-    /// Live blocks at the start of the first recorded step, for the
-    /// caching-model comparison: their origin and size.
-    initial_live: Vec<(Origin, u64)>,
     caching_model: Option<ModelFigures>,
     miss_streak: u32,
+    clean_streak: u32,
+    replans_unchanged: u64,
     replan_wait: u32,
     logged: u32,
     trace: Option<TraceWriter>,
@@ -150,6 +161,9 @@ impl PlannedAllocator {
         let keep = (config.recent_steps.max(config.record_steps) + 1) as usize;
         PlannedAllocator {
             fallback: Fallback::new(caching_config(platform)),
+            scratch: Fallback::new(caching_config(platform)),
+            shadow: Some(Shadow::new(caching_config(platform))),
+            exact: ExactPool::default(),
             records: Records::new(keep),
             phase: if config.warmup_steps == 0 {
                 Phase::Recording
@@ -167,9 +181,10 @@ impl PlannedAllocator {
             retiring: Vec::new(),
             streams: HashMap::new(),
             counters: Counters::default(),
-            initial_live: Vec::new(),
             caching_model: None,
             miss_streak: 0,
+            clean_streak: 0,
+            replans_unchanged: 0,
             replan_wait: 0,
             logged: 0,
             trace: None,
@@ -252,11 +267,19 @@ impl PlannedAllocator {
         } else if serving {
             self.counters.misses.outside_step += 1;
         }
-        match self
-            .fallback
-            .malloc(self.backing.as_mut(), size64, stream, origin)
-        {
+        let backing = self.backing.as_mut();
+        let got = match self.phase {
+            Phase::Warmup if self.in_step => self.exact.malloc(backing, size64, origin),
+            Phase::Recording if self.in_step => {
+                self.scratch.malloc(backing, size64, stream, origin)
+            }
+            _ => self.fallback.malloc(backing, size64, stream, origin),
+        };
+        match got {
             Some(addr) => {
+                if let Some(shadow) = self.shadow.as_mut() {
+                    shadow.alloc(addr, size64, stream);
+                }
                 if serving && self.in_step {
                     self.counters.fallback_this_step += 1;
                 }
@@ -265,7 +288,7 @@ impl PlannedAllocator {
             }
             None => {
                 let slab = self.slab.as_ref().map_or(0, |s| s.plan.slab_bytes);
-                let fallback = self.fallback.reserved_bytes();
+                let fallback = self.fallback_reserved();
                 let name = self.backing.name();
                 self.error(Kind::OutOfMemory, || {
                     format!(
@@ -288,6 +311,9 @@ impl PlannedAllocator {
         }
         let at = self.now();
         let checked = self.checked;
+        if let Some(shadow) = self.shadow.as_mut() {
+            shadow.free(addr);
+        }
         if let Some(slab) = self.slab.as_mut().filter(|s| s.contains(addr)) {
             if let Some((k, step, size)) = slab.free(addr) {
                 let site = slab.plan.sites[k];
@@ -325,16 +351,25 @@ impl PlannedAllocator {
             }
             return;
         }
-        match self.fallback.free(self.backing.as_mut(), addr) {
-            Some(block) => {
-                if block.origin.step > 0 {
-                    self.records.freed(block.origin, at);
+        let backing = self.backing.as_mut();
+        let freed = match self.fallback.free(backing, addr) {
+            Some(block) => Some((block.size, block.origin)),
+            None => match self.scratch.free(backing, addr) {
+                Some(block) => Some((block.size, block.origin)),
+                None => self.exact.free(backing, addr),
+            },
+        };
+        match freed {
+            Some((size, origin)) => {
+                if origin.step > 0 {
+                    self.records.freed(origin, at);
                 }
-                self.counters.live_bytes -= block.size;
+                self.counters.live_bytes -= size;
             }
-            None if self.fallback.owns_region_of(addr) => self.error(Kind::DoubleFree, || {
-                format!("free of {addr:#x}: no live fallback block starts there (double free?)")
-            }),
+            None if self.fallback.owns_region_of(addr) || self.scratch.owns_region_of(addr) => self
+                .error(Kind::DoubleFree, || {
+                    format!("free of {addr:#x}: no live fallback block starts there (double free?)")
+                }),
             None => self.error(Kind::UnknownFree, || {
                 format!("free of {addr:#x}: this allocator never gave that pointer; ignored")
             }),
@@ -360,15 +395,9 @@ impl PlannedAllocator {
         let expected = self.records.latest_len();
         self.records.begin(self.step, expected);
         if self.phase == Phase::Recording
-            && self.initial_live.is_empty()
-            && self.counters.plans == 0
+            && let Some(shadow) = self.shadow.as_mut()
         {
-            self.initial_live = self
-                .fallback
-                .live()
-                .map(|(_, b)| (b.origin, b.size))
-                .collect();
-            self.initial_live.sort_by_key(|(o, _)| (o.step, o.k));
+            shadow.start_recording();
         }
         self.counters.fallback_this_step = 0;
         self.counters.misses_at_step_start = self.counters.misses.curable();
@@ -410,7 +439,18 @@ impl PlannedAllocator {
                 c.fallback_last_step = c.fallback_this_step;
                 c.fallback_max_step = c.fallback_max_step.max(c.fallback_this_step);
                 let missed = c.misses.curable() > c.misses_at_step_start;
-                self.miss_streak = if missed { self.miss_streak + 1 } else { 0 };
+                if missed {
+                    self.miss_streak += 1;
+                    self.clean_streak = 0;
+                } else {
+                    self.miss_streak = 0;
+                    self.clean_streak += 1;
+                }
+                // Carried fallback blocks of the recorded steps are freed by
+                // now: what they pinned of the scratch cache goes back.
+                if self.scratch.reserved_bytes() > 0 {
+                    self.scratch.release_cached(self.backing.as_mut());
+                }
                 let wait = self.config.replan_miss_steps.max(self.replan_wait);
                 if self.miss_streak >= wait {
                     // Back off when re-plans do not cure the misses (a
@@ -418,7 +458,8 @@ impl PlannedAllocator {
                     self.replan_wait = (wait * 2).min(MAX_REPLAN_WAIT);
                     self.miss_streak = 0;
                     self.plan(self.config.recent_steps as usize);
-                } else if !missed && self.miss_streak == 0 {
+                } else if self.clean_streak >= 2 * wait {
+                    // Long enough without misses: the next ones are new.
                     self.replan_wait = self.config.replan_miss_steps;
                 }
             }
@@ -435,6 +476,8 @@ impl PlannedAllocator {
             self.backing.release(slab.base);
         }
         self.fallback.clear(self.backing.as_mut());
+        self.scratch.clear(self.backing.as_mut());
+        self.exact.clear(self.backing.as_mut());
         let config = self.config.clone();
         let backing = std::mem::replace(&mut self.backing, Box::new(backing::host_backing()));
         let trace = self.trace.take();
@@ -452,6 +495,8 @@ impl PlannedAllocator {
                 .map(PlannedSlab::live_count)
                 .sum::<usize>()
             + self.fallback.live_count()
+            + self.scratch.live_count()
+            + self.exact.live_count()
     }
 
     /// The counters, as the stats JSON reports them.
@@ -489,7 +534,8 @@ impl PlannedAllocator {
             } else {
                 slab_bytes as f64 / lower_bound as f64
             },
-            fallback_reserved_bytes: self.fallback.reserved_bytes(),
+            fallback_reserved_bytes: self.fallback_reserved(),
+            replans_unchanged: self.replans_unchanged,
             reserved_bytes: self.reserved_now(),
             peak_reserved_bytes: c.peak_reserved,
             peak_live_bytes: c.peak_live,
@@ -534,9 +580,14 @@ impl PlannedAllocator {
         self.step
     }
 
-    /// Live blocks at the start of the first recorded step.
-    pub(crate) fn initial_live(&self) -> &[(Origin, u64)] {
-        &self.initial_live
+    /// The pool of in-step requests of the recorded steps.
+    pub fn scratch(&self) -> &Fallback {
+        &self.scratch
+    }
+
+    /// The regions of in-step requests of the warm-up steps.
+    pub fn exact(&self) -> &ExactPool {
+        &self.exact
     }
 
     fn serve_planned(&mut self, origin: Origin, size: u64, stream: u32) -> Option<usize> {
@@ -584,12 +635,23 @@ impl PlannedAllocator {
         let steps: Vec<_> = self.records.last(n).collect();
         let pad = self.platform.pad() as u64;
         let plan = site_plan::plan(&steps, self.step, pad, self.checked, PLACEMENT_TIME_LIMIT);
-        if self.counters.plans == 0 {
-            self.caching_model = Some(crate::report::model_figures(self, &plan.steps));
+        if let Some(shadow) = self.shadow.take() {
+            self.caching_model = Some(shadow.figures(self.platform.name()));
         }
-        // The fallback's cache served the recorded steps' temporaries;
-        // from now on the slab does.
+        // A re-plan that lands on the plan it replaces keeps the slab: its
+        // live blocks stay valid, nothing is reserved.
+        if self
+            .slab
+            .as_ref()
+            .is_some_and(|s| s.plan.sites == plan.sites)
+        {
+            self.replans_unchanged += 1;
+            return;
+        }
+        // The caches served the recorded steps' temporaries; from now on
+        // the slab does.
         self.fallback.release_cached(self.backing.as_mut());
+        self.scratch.release_cached(self.backing.as_mut());
         let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
         // An idle slab large enough is kept: a re-plan that needs no more
         // bytes reserves nothing.
@@ -677,7 +739,12 @@ impl PlannedAllocator {
                 .iter()
                 .map(|s| s.region_bytes as u64)
                 .sum::<u64>()
-            + self.fallback.reserved_bytes()
+            + self.fallback_reserved()
+    }
+
+    /// Bytes every pool but the slabs holds.
+    fn fallback_reserved(&self) -> u64 {
+        self.fallback.reserved_bytes() + self.scratch.reserved_bytes() + self.exact.reserved_bytes()
     }
 
     fn add_live(&mut self, size: u64) {

@@ -42,6 +42,7 @@ mod allocator;
 pub mod backing;
 mod config;
 mod error;
+mod exact;
 mod fallback;
 // The C ABI: C strings and caller buffers cross here.
 #[allow(unsafe_code)]
@@ -49,6 +50,7 @@ pub mod ffi;
 mod live_set;
 mod record;
 pub mod report;
+mod shadow;
 mod site_plan;
 mod slab;
 mod stats;
@@ -58,6 +60,7 @@ pub use allocator::{Phase, PlannedAllocator, caching_config};
 pub use backing::Backing;
 pub use config::{Backend, Config, Platform};
 pub use error::{Error, Result};
+pub use exact::ExactPool;
 pub use fallback::{Fallback, FallbackBlock};
 pub use live_set::LiveSet;
 pub use record::{FreedAt, Life, Origin, Records, Request, StepRecord};

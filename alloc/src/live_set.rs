@@ -82,25 +82,26 @@ impl LiveSet {
         if bound == 0 {
             return None;
         }
-        // Walk up until a word holds a set bit strictly below the bound at
-        // that level (level L + 1 summarises the words of level L), then
-        // down through the highest set bits.
-        let mut p = bound;
+        // At each level, look for a set bit at or below the last position
+        // under the bound; level L + 1 holds one bit per word of level L,
+        // so "a word before this one" is a bound one level up.
+        let mut last = bound - 1;
         let mut level = 0;
         let found = loop {
-            let (word_index, bit) = (p / W, p % W);
-            let below = if bit == 0 {
-                0
+            let (word_index, bit) = (last / W, last % W);
+            let mask = if bit == W - 1 {
+                u64::MAX
             } else {
-                self.levels[level][word_index] & ((1u64 << bit) - 1)
+                (1u64 << (bit + 1)) - 1
             };
+            let below = self.levels[level][word_index] & mask;
             if below != 0 {
                 break word_index * W + (63 - below.leading_zeros() as usize);
             }
-            if level + 1 == self.levels.len() || word_index == 0 {
+            if word_index == 0 || level + 1 == self.levels.len() {
                 return None;
             }
-            p = word_index;
+            last = word_index - 1;
             level += 1;
         };
         let mut pos = found;
@@ -120,6 +121,18 @@ mod tests {
     use std::collections::BTreeSet;
 
     #[test]
+    fn a_bound_on_a_word_boundary_sees_the_whole_word_below() {
+        for len in [64, 128, 4096, 4160] {
+            let mut s = LiveSet::new(len);
+            s.insert(0);
+            assert_eq!(s.predecessor(len), Some(0), "len {len}");
+            assert_eq!(s.predecessor(64), Some(0), "len {len}");
+            s.insert(63);
+            assert_eq!(s.predecessor(64), Some(63), "len {len}");
+        }
+    }
+
+    #[test]
     fn predecessor_across_levels() {
         let mut s = LiveSet::new(10_000);
         assert_eq!(s.predecessor(10_000), None);
@@ -136,7 +149,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn matches_a_btreeset(len in 1usize..20_000, ops in prop::collection::vec((any::<bool>(), 0usize..20_000, 0usize..20_001), 1..200)) {
+        fn matches_a_btreeset(len in prop_oneof![1usize..300, 1usize..20_000, Just(64usize), Just(4096usize), Just(4097usize)], ops in prop::collection::vec((any::<bool>(), 0usize..20_000, 0usize..20_001), 1..200)) {
             let mut s = LiveSet::new(len);
             let mut model = BTreeSet::new();
             for (add, pos, q) in ops {

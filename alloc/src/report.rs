@@ -1,81 +1,16 @@
-//! What the allocator tells: the caching-model comparison for the
-//! recorded steps, the text report and a memory snapshot in the shape of
-//! `torch.cuda.memory._snapshot()`.
+//! What the allocator tells: the text report, the report JSON and a memory
+//! snapshot in the shape of `torch.cuda.memory._snapshot()`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use tensor_arena::caching::{BlockState, CachingAllocator};
+use tensor_arena::caching::BlockState;
 use tensor_arena::units::format_bytes;
 
-use crate::allocator::{PlannedAllocator, caching_config};
-use crate::record::Origin;
-use crate::stats::{ModelFigures, Stats, fragmentation};
-
-/// The recorded steps `steps` (oldest first) replayed through the
-/// caching-allocator model of the allocator's platform, starting from the
-/// blocks live when the first of them began: what the caching allocator
-/// would have reserved for the same requests.
-pub fn model_figures(a: &PlannedAllocator, steps: &[u64]) -> ModelFigures {
-    let (Some(&first), Some(&last)) = (steps.first(), steps.last()) else {
-        return ModelFigures::default();
-    };
-    let mut model = CachingAllocator::new(caching_config(a.platform()));
-    let mut ids = HashMap::new();
-    let (mut live, mut peak_live) = (0u64, 0u64);
-    let records = a.records();
-    // (step, clock, 0 = free / 1 = alloc, k, origin step, size, stream)
-    let mut events: Vec<(u64, u32, u8, u32, u64, u64, u32)> = Vec::new();
-    for &(origin, size) in a.initial_live() {
-        if let Ok(id) = model.malloc(size) {
-            ids.insert(origin, id);
-            live += size;
-        }
-        if let Some(f) = records
-            .get(origin.step)
-            .filter(|_| origin.step > 0)
-            .and_then(|r| r.requests.get(origin.k as usize))
-            .and_then(|r| r.freed)
-            .filter(|f| f.step >= first && f.step <= last)
-        {
-            events.push((f.step, f.clock, 0, origin.k, origin.step, size, 0));
-        }
-    }
-    peak_live = peak_live.max(live);
-    for &s in steps {
-        let Some(rec) = records.get(s) else {
-            continue;
-        };
-        for (k, req) in rec.requests.iter().enumerate() {
-            events.push((s, k as u32, 1, k as u32, s, req.size, req.stream));
-            if let Some(f) = req.freed.filter(|f| f.step <= last) {
-                events.push((f.step, f.clock, 0, k as u32, s, req.size, req.stream));
-            }
-        }
-    }
-    events.sort_unstable();
-    for (_, _, kind, k, step, size, stream) in events {
-        let origin = Origin { step, k };
-        if kind == 1 {
-            if let Ok(id) = model.malloc_on(size, stream) {
-                ids.insert(origin, id);
-                live += size;
-                peak_live = peak_live.max(live);
-            }
-        } else if let Some(id) = ids.remove(&origin) {
-            model.free(id);
-            live -= size;
-        }
-    }
-    let peak_reserved = model.stats().reserved_bytes.peak;
-    ModelFigures {
-        peak_reserved_bytes: peak_reserved,
-        peak_live_bytes: peak_live,
-        fragmentation: fragmentation(peak_live, peak_reserved),
-        platform: a.platform().name(),
-    }
-}
+use crate::allocator::PlannedAllocator;
+use crate::fallback::Fallback;
+use crate::stats::Stats;
 
 /// The report as text, for people.
 pub fn text(s: &Stats, platform: &str) -> String {
@@ -213,7 +148,21 @@ pub fn snapshot(a: &PlannedAllocator, device: i32) -> Value {
             blocks,
         ));
     }
-    let fallback = a.fallback();
+    for fallback in [a.fallback(), a.scratch()] {
+        fallback_segments(fallback, device, &mut segments);
+    }
+    for (addr, requested, bytes) in a.exact().regions() {
+        let b = vec![block(addr, bytes, requested, "active_allocated")];
+        segments.push(segment(device, addr, bytes, bytes, requested, "large", b));
+    }
+    json!({
+        "segments": segments,
+        "device_traces": [[]],
+        "allocator_settings": { "tensor_arena_planned_allocator": a.config() },
+    })
+}
+
+fn fallback_segments(fallback: &Fallback, device: i32, segments: &mut Vec<Value>) {
     let requested: HashMap<usize, u64> = fallback.live().map(|(&addr, b)| (addr, b.size)).collect();
     for (real, seg) in fallback.segments() {
         let Some(start) = seg.blocks.first().map(|b| b.address) else {
@@ -240,11 +189,6 @@ pub fn snapshot(a: &PlannedAllocator, device: i32) -> Value {
             device, real, total, allocated, req_total, pool, blocks,
         ));
     }
-    json!({
-        "segments": segments,
-        "device_traces": [[]],
-        "allocator_settings": { "tensor_arena_planned_allocator": a.config() },
-    })
 }
 
 fn block(addr: usize, size: u64, requested: u64, state: &str) -> Value {

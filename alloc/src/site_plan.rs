@@ -12,6 +12,9 @@ use crate::record::{Life, StepRecord};
 /// alignment.
 pub const GRANULE: u64 = 512;
 
+/// Plans of at most this many slots are validated after placement.
+const VALIDATE_MAX: usize = 50_000;
+
 /// Checked mode's guard zone at the end of every slot.
 pub const GUARD: u64 = 512;
 
@@ -30,6 +33,11 @@ pub enum Unplanned {
 pub struct Site {
     /// Offset in the slab.
     pub offset: u64,
+    /// A second slot, used by odd steps, for a site whose block lives into
+    /// the next step past the next step's own request at this index (a
+    /// `loss` kept until it is reassigned): two instances are alive at
+    /// once there, so the site alternates between two slots.
+    pub alternate: Option<u64>,
     /// Bytes it holds (the capacity, the device pad and the guard).
     pub slot: u64,
     /// The largest request it serves.
@@ -86,6 +94,7 @@ pub fn plan(
         let mut max_size = 0u64;
         let (mut kept, mut other_stream) = (false, false);
         let (mut upper, mut wraps, mut carried, mut known) = (k + 1, false, false, false);
+        let mut doubled = false;
         for rec in steps {
             let Some(req) = rec.requests.get(k) else {
                 continue;
@@ -100,6 +109,7 @@ pub fn plan(
                 Life::NextStep(clock) => {
                     carried = true;
                     wraps |= clock > 0;
+                    doubled |= clock as usize > k;
                     known = true;
                 }
                 Life::Kept => kept = true,
@@ -128,8 +138,16 @@ pub fn plan(
             upper: upper.max(lower + 1),
             size: if live { slot as usize } else { 0 },
         });
+        if live && doubled {
+            intervals.push(Interval {
+                lower,
+                upper: upper.max(lower + 1),
+                size: slot as usize,
+            });
+        }
         sites.push(Site {
             offset: 0,
+            alternate: (live && doubled).then_some(0),
             slot,
             capacity,
             unplanned,
@@ -154,13 +172,50 @@ pub fn plan(
         Err(_) => (stacked(&intervals), false),
     };
     let placement_seconds = start.elapsed().as_secs_f64();
-    let mut slab_bytes = 0u64;
-    for (site, (&offset, it)) in sites.iter_mut().zip(offsets.iter().zip(&intervals)) {
-        site.offset = offset as u64;
-        if it.size > 0 {
-            slab_bytes = slab_bytes.max(site.offset + it.size as u64);
+    // The placement is checked, not trusted (up to a size where the check
+    // stays quick; the serving path's live-overlap check is the safety net
+    // either way).
+    let offsets = if intervals.len() > VALIDATE_MAX
+        || placement::validate(&intervals, &offsets, None).is_ok()
+    {
+        offsets
+    } else {
+        stacked(&intervals)
+    };
+    let slab_bytes = placement::height(&intervals, &offsets) as u64;
+    // Intervals are in site order, a doubled site's second slot right
+    // after its first.
+    let mut next = offsets.iter();
+    for site in &mut sites {
+        site.offset = next.next().map_or(0, |&o| o as u64);
+        if site.alternate.is_some() {
+            site.alternate = next.next().map(|&o| o as u64);
         }
     }
+    // Serving never checks the slab's bounds: every slot must lie inside.
+    let inside = |s: &Site| {
+        s.unplanned.is_some()
+            || (s.offset + s.slot <= slab_bytes
+                && s.alternate.is_none_or(|a| a + s.slot <= slab_bytes))
+    };
+    if !sites.iter().all(inside) {
+        let offsets = stacked(&intervals);
+        let mut next = offsets.iter();
+        for site in &mut sites {
+            site.offset = next.next().map_or(0, |&o| o as u64);
+            if site.alternate.is_some() {
+                site.alternate = next.next().map(|&o| o as u64);
+            }
+        }
+    }
+    let slab_bytes = slab_bytes.max(
+        sites
+            .iter()
+            .filter(|s| s.unplanned.is_none())
+            .map(|s| s.offset.max(s.alternate.unwrap_or(0)) + s.slot)
+            .max()
+            .unwrap_or(0),
+    );
     SitePlan {
         lower_bound: per_step_lower_bound(steps, &sites, latest, pad, checked),
         union_lower_bound: placement::lower_bound(&intervals) as u64,
@@ -247,4 +302,52 @@ fn per_step_lower_bound(
         best = best.max(placement::lower_bound(&items) as u64);
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{FreedAt, Request};
+
+    fn req(size: u64, freed: Option<(u64, u32)>) -> Request {
+        Request {
+            size,
+            stream: 0,
+            freed: freed.map(|(step, clock)| FreedAt { step, clock }),
+        }
+    }
+
+    #[test]
+    fn every_slot_lies_in_the_slab_with_doubled_and_unplanned_sites() {
+        // Step 1 and 2 alike: site 0 a temporary; site 1 carried past the
+        // next step's own request 1 (doubled); site 2 kept in step 1 and
+        // carried past request 2 in step 2 (doubled but unplanned); site 3
+        // a temporary after them.
+        let steps: Vec<StepRecord> = (1..=2)
+            .map(|s| StepRecord {
+                step: s,
+                requests: vec![
+                    req(1000, Some((s, 1))),
+                    req(3000, Some((s + 1, 3))),
+                    req(5000, if s == 1 { None } else { Some((s + 1, 4)) }),
+                    req(7000, Some((s, 4))),
+                ],
+            })
+            .collect();
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        let plan = plan(&refs, 3, 0, true, Duration::from_secs(1));
+        assert!(plan.sites[1].alternate.is_some());
+        assert_eq!(plan.sites[2].unplanned, Some(Unplanned::Outlives));
+        assert_eq!(plan.sites[2].alternate, None);
+        for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
+            assert!(
+                s.offset + s.slot <= plan.slab_bytes,
+                "{s:?} past {}",
+                plan.slab_bytes
+            );
+            if let Some(a) = s.alternate {
+                assert!(a + s.slot <= plan.slab_bytes && a != s.offset);
+            }
+        }
+    }
 }

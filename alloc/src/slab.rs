@@ -17,15 +17,16 @@ pub struct PlannedSlab {
     pub base: usize,
     /// Bytes of the reserved region (at least the plan's slab).
     pub region_bytes: usize,
-    /// Position of each site in offset order.
-    position: Vec<u32>,
-    /// Offset-ordered sites: `(offset, end, site)`.
+    /// Position of each site's slots in offset order (the second one for
+    /// a site with an alternate slot, else the first again).
+    position: Vec<[u32; 2]>,
+    /// Offset-ordered slots: `(offset, end, site)`.
     by_offset: Vec<(u64, u64, u32)>,
-    /// Per site: the first position whose offset is at or past the site's
-    /// end (the bound of its overlap query, fixed by the plan).
+    /// Per position: the first position whose offset is at or past the
+    /// slot's end (the bound of its overlap query, fixed by the plan).
     end_bound: Vec<u32>,
     live: LiveSet,
-    /// Per site: the step and the bytes of its live block.
+    /// Per position: the step and the bytes of its live block.
     live_block: Vec<(u64, u64)>,
     live_count: usize,
 }
@@ -47,29 +48,30 @@ pub enum Refusal {
 impl PlannedSlab {
     /// Serves `plan` from the `region_bytes` reserved at `base`.
     pub fn new(plan: SitePlan, base: usize, region_bytes: usize) -> PlannedSlab {
-        let mut by_offset: Vec<(u64, u64, u32)> = plan
-            .sites
-            .iter()
-            .enumerate()
-            .map(|(k, s)| {
-                let end = if s.unplanned.is_some() {
-                    s.offset
-                } else {
-                    s.offset + s.slot
-                };
-                (s.offset, end, k as u32)
-            })
-            .collect();
-        by_offset.sort_unstable();
-        let mut position = vec![0u32; plan.sites.len()];
-        for (pos, &(_, _, k)) in by_offset.iter().enumerate() {
-            position[k as usize] = pos as u32;
+        let mut by_offset: Vec<(u64, u64, u32)> = Vec::with_capacity(plan.sites.len());
+        for (k, s) in plan.sites.iter().enumerate() {
+            let len = if s.unplanned.is_some() { 0 } else { s.slot };
+            by_offset.push((s.offset, s.offset + len, k as u32));
+            if let Some(alt) = s.alternate {
+                by_offset.push((alt, alt + len, k as u32));
+            }
         }
-        let n = plan.sites.len();
-        let end_bound = plan
-            .sites
+        by_offset.sort_unstable();
+        let mut position = vec![[u32::MAX; 2]; plan.sites.len()];
+        for (pos, &(offset, _, k)) in by_offset.iter().enumerate() {
+            let site = &plan.sites[k as usize];
+            let which = usize::from(site.alternate == Some(offset) && site.offset != offset);
+            position[k as usize][which] = pos as u32;
+        }
+        for p in &mut position {
+            if p[1] == u32::MAX {
+                p[1] = p[0];
+            }
+        }
+        let n = by_offset.len();
+        let end_bound = by_offset
             .iter()
-            .map(|s| by_offset.partition_point(|&(o, _, _)| o < s.offset + s.slot) as u32)
+            .map(|&(_, end, _)| by_offset.partition_point(|&(o, _, _)| o < end) as u32)
             .collect();
         PlannedSlab {
             end_bound,
@@ -103,29 +105,31 @@ impl PlannedSlab {
         if size > site.capacity {
             return Err(Refusal::Size);
         }
-        if let Some(p) = self.live.predecessor(self.end_bound[k] as usize)
-            && self.by_offset[p].1 > site.offset
+        let pos = self.position[k][(step % 2) as usize] as usize;
+        let (offset, _, _) = self.by_offset[pos];
+        if let Some(p) = self.live.predecessor(self.end_bound[pos] as usize)
+            && self.by_offset[p].1 > offset
         {
             return Err(Refusal::Overlap);
         }
-        self.live.insert(self.position[k] as usize);
-        self.live_block[k] = (step, size);
+        self.live.insert(pos);
+        self.live_block[pos] = (step, size);
         self.live_count += 1;
-        Ok(self.base + site.offset as usize)
+        Ok(self.base + offset as usize)
     }
 
     /// Frees the live block at `addr`: its site, step and bytes; `None`
     /// when no live block starts there.
     pub fn free(&mut self, addr: usize) -> Option<(usize, u64, u64)> {
-        let k = self.live_site_at(addr)?;
-        self.live.remove(self.position[k] as usize);
+        let pos = self.live_position_at(addr)?;
+        self.live.remove(pos);
         self.live_count -= 1;
-        let (step, size) = self.live_block[k];
-        Some((k, step, size))
+        let (step, size) = self.live_block[pos];
+        Some((self.by_offset[pos].2 as usize, step, size))
     }
 
-    /// The site whose live block starts at `addr`.
-    pub fn live_site_at(&self, addr: usize) -> Option<usize> {
+    /// The position of the live slot whose block starts at `addr`.
+    fn live_position_at(&self, addr: usize) -> Option<usize> {
         if !self.contains(addr) {
             return None;
         }
@@ -133,7 +137,13 @@ impl PlannedSlab {
         let lo = self.by_offset.partition_point(|&(o, _, _)| o < offset);
         let hi = self.by_offset.partition_point(|&(o, _, _)| o <= offset);
         let p = self.live.predecessor(hi)?;
-        (p >= lo).then(|| self.by_offset[p].2 as usize)
+        (p >= lo).then_some(p)
+    }
+
+    /// The site whose live block starts at `addr`.
+    pub fn live_site_at(&self, addr: usize) -> Option<usize> {
+        self.live_position_at(addr)
+            .map(|p| self.by_offset[p].2 as usize)
     }
 
     /// Live sites with their addresses and bytes, in address order.
@@ -142,11 +152,11 @@ impl PlannedSlab {
             .iter()
             .enumerate()
             .filter(|(p, _)| self.live.contains(*p))
-            .map(|(_, &(offset, _, k))| {
+            .map(|(p, &(offset, _, k))| {
                 (
                     k as usize,
                     self.base + offset as usize,
-                    self.live_block[k as usize].1,
+                    self.live_block[p].1,
                 )
             })
     }

@@ -89,6 +89,9 @@ pub struct Stats {
     pub replans: u64,
     /// Plans made.
     pub plans: u64,
+    /// Re-plans that produced the plan already serving (kept, nothing
+    /// reserved).
+    pub replans_unchanged: u64,
     /// Requests the current plan serves per step (its sites).
     pub plan_sites: u64,
     /// Bytes of the current slab.

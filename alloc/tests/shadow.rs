@@ -124,7 +124,7 @@ proptest! {
         }
         prop_assert!(shadow.0.is_empty());
         let s = a.stats();
-        prop_assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+        prop_assert_eq!(s.errors.double_free + s.errors.unknown_free, 0, "{:?}", s.errors);
         prop_assert_eq!(s.errors.guard_violations, 0);
         prop_assert_eq!(a.live_blocks(), 0);
         prop_assert_eq!(a.reset(), 0, "nothing leaked");

@@ -1,0 +1,68 @@
+//! Warm-up steps' requests, one backing region each. The warm-up step is
+//! where a training loop creates what it keeps (optimizer state) between
+//! temporaries it frees; a caching pool would scatter the kept blocks over
+//! segments the temporaries made, pinning them for the rest of the run.
+//! Exact regions pin nothing: a freed one goes back at once, a kept one
+//! holds only its own bytes. One device call per request, for the warm-up
+//! steps only.
+
+use std::collections::HashMap;
+
+use crate::backing::Backing;
+use crate::record::Origin;
+use crate::site_plan::GRANULE;
+
+/// Live exact regions by address: bytes asked for, bytes reserved, origin.
+#[derive(Default)]
+pub struct ExactPool {
+    blocks: HashMap<usize, (u64, u64, Origin)>,
+    reserved: u64,
+}
+
+impl ExactPool {
+    /// Reserves a region for `size` bytes.
+    pub fn malloc(
+        &mut self,
+        backing: &mut dyn Backing,
+        size: u64,
+        origin: Origin,
+    ) -> Option<usize> {
+        let bytes = size.div_ceil(GRANULE).saturating_mul(GRANULE);
+        let addr = backing.reserve(bytes as usize).ok()?;
+        self.blocks.insert(addr, (size, bytes, origin));
+        self.reserved += bytes;
+        Some(addr)
+    }
+
+    /// Releases the region at `addr`: its size and origin.
+    pub fn free(&mut self, backing: &mut dyn Backing, addr: usize) -> Option<(u64, Origin)> {
+        let (size, bytes, origin) = self.blocks.remove(&addr)?;
+        backing.release(addr);
+        self.reserved -= bytes;
+        Some((size, origin))
+    }
+
+    /// Bytes reserved.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.reserved
+    }
+
+    /// Live regions.
+    pub fn live_count(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Live regions: address, bytes asked for, bytes reserved.
+    pub fn regions(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        self.blocks.iter().map(|(&a, &(s, b, _))| (a, s, b))
+    }
+
+    /// Releases every region.
+    pub fn clear(&mut self, backing: &mut dyn Backing) {
+        for &addr in self.blocks.keys() {
+            backing.release(addr);
+        }
+        self.blocks.clear();
+        self.reserved = 0;
+    }
+}
