@@ -449,7 +449,8 @@ from tensor_arena import _native
 
 alloc = ta.PlannedAllocator(device)
 alloc.install()
-print(json.dumps({"calls": calls, "native": _native.__file__, "installed": alloc.installed}))
+print(json.dumps({"calls": calls, "native": _native.__file__, "installed": alloc.installed,
+                  "library": ta.allocator.library_path()}))
 """
 
 
@@ -459,8 +460,10 @@ def test_device_install_hands_the_library_to_the_pluggable_allocator(env, tmp_pa
     # the wiring only, the device tests above run the real thing where a device exists.
     (tmp_path / "w.py").write_text(textwrap.dedent(WIRING))
     out = json.loads(run([str(tmp_path / "w.py"), device], env).stdout.strip().splitlines()[-1])
+    # so_path: the package's native module, unless TENSOR_ARENA_ALLOC_LIB names another.
+    assert out["library"] == env.get("TENSOR_ARENA_ALLOC_LIB", out["native"])
     assert out["calls"] == [
-        ["pluggable", out["native"], "tensor_arena_alloc", "tensor_arena_free"],
+        ["pluggable", out["library"], "tensor_arena_alloc", "tensor_arena_free"],
         ["change_current_allocator", "FakePluggable"],
     ]
     assert out["installed"] is True
