@@ -115,6 +115,8 @@ pub struct PlannedAllocator {
     caching_model: Option<ModelFigures>,
     miss_streak: u32,
     clean_streak: u32,
+    /// The step after which the peaks restart (the first a plan serves).
+    restart_peaks_at: u64,
     replans_unchanged: u64,
     replan_wait: u32,
     logged: u32,
@@ -184,6 +186,7 @@ impl PlannedAllocator {
             caching_model: None,
             miss_streak: 0,
             clean_streak: 0,
+            restart_peaks_at: 0,
             replans_unchanged: 0,
             replan_wait: 0,
             logged: 0,
@@ -268,12 +271,15 @@ impl PlannedAllocator {
             self.counters.misses.outside_step += 1;
         }
         let backing = self.backing.as_mut();
-        let got = match self.phase {
-            Phase::Warmup if self.in_step => self.exact.malloc(backing, size64, origin),
-            Phase::Recording if self.in_step => {
-                self.scratch.malloc(backing, size64, stream, origin)
+        // Before the first plan, what may live on (weights, optimizer
+        // state, data) gets exact regions; the recorded steps' temporaries a
+        // scratch pool that goes back once the slab serves them.
+        let got = match (self.phase, self.in_step) {
+            (Phase::Warmup, _) | (Phase::Recording, false) => {
+                self.exact.malloc(backing, size64, origin)
             }
-            _ => self.fallback.malloc(backing, size64, stream, origin),
+            (Phase::Recording, true) => self.scratch.malloc(backing, size64, stream, origin),
+            (Phase::Serving, _) => self.fallback.malloc(backing, size64, stream, origin),
         };
         match got {
             Some(addr) => {
@@ -450,6 +456,10 @@ impl PlannedAllocator {
                 // now: what they pinned of the scratch cache goes back.
                 if self.scratch.reserved_bytes() > 0 {
                     self.scratch.release_cached(self.backing.as_mut());
+                }
+                if self.step == self.restart_peaks_at {
+                    self.counters.peak_live = self.counters.live_bytes;
+                    self.counters.peak_reserved = self.reserved_now();
                 }
                 let wait = self.config.replan_miss_steps.max(self.replan_wait);
                 if self.miss_streak >= wait {
@@ -688,9 +698,10 @@ impl PlannedAllocator {
         self.slab = Some(slab);
         self.phase = Phase::Serving;
         self.counters.plans += 1;
-        // Peaks restart with the plan: they describe the planned steps.
-        self.counters.peak_live = self.counters.live_bytes;
-        self.counters.peak_reserved = self.reserved_now();
+        // Peaks restart after the first step this plan serves: from then
+        // on they describe steady planned steps (the first one still frees
+        // the blocks the recorded steps carried into it).
+        self.restart_peaks_at = self.step + 1;
     }
 
     fn check_and_poison(&mut self, addr: usize, size: u64, slot: u64) {

@@ -27,8 +27,12 @@ impl ExactPool {
         size: u64,
         origin: Origin,
     ) -> Option<usize> {
-        let bytes = size.div_ceil(GRANULE).saturating_mul(GRANULE);
-        let addr = backing.reserve(bytes as usize).ok()?;
+        let asked = size.div_ceil(GRANULE).saturating_mul(GRANULE);
+        let before = backing.reserved_bytes();
+        let addr = backing.reserve(asked as usize).ok()?;
+        // What the device really set aside (the host rounds large regions
+        // to 2 MiB pages).
+        let bytes = (backing.reserved_bytes() - before).max(asked);
         self.blocks.insert(addr, (size, bytes, origin));
         self.reserved += bytes;
         Some(addr)

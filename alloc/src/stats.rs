@@ -104,8 +104,10 @@ pub struct Stats {
     pub fallback_reserved_bytes: u64,
     /// Slab, retiring slabs and fallback now.
     pub reserved_bytes: u64,
-    /// Peak of `reserved_bytes` since the current plan (since the start
-    /// before one).
+    /// Peak of `reserved_bytes` over the steady steps of the current plan:
+    /// from the end of the first step it serves (that step still frees
+    /// what the recorded steps carried into it); since the start before a
+    /// plan.
     pub peak_reserved_bytes: u64,
     /// Peak bytes of live requests over the same period.
     pub peak_live_bytes: u64,

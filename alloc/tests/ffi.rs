@@ -159,7 +159,10 @@ fn bad_input_through_the_c_abi_is_counted() {
             &e["unknown_free"],
             &e["step_order"]
         ),
-        (&1.into(), &1.into(), &1.into(), &1.into(), &1.into()),
+        // The double free is of a region returned at once (before the
+        // first plan, blocks outside steps get regions of their own): the
+        // allocator holds nothing there any more, so it is unknown.
+        (&1.into(), &1.into(), &0.into(), &2.into(), &1.into()),
         "{e}"
     );
     let c = CString::new(r#"{"backend": "cpu"}"#).unwrap();
