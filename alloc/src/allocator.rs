@@ -160,7 +160,11 @@ impl PlannedAllocator {
     pub fn with_backing(config: Config, backing: Box<dyn Backing>) -> PlannedAllocator {
         let platform = config.platform();
         let checked = config.checked();
-        let keep = (config.recent_steps.max(config.record_steps) + 1) as usize;
+        let keep = (config
+            .recent_steps
+            .max(config.record_steps)
+            .max(config.record_steps_changing)
+            + 1) as usize;
         PlannedAllocator {
             fallback: Fallback::new(caching_config(platform)),
             scratch: Fallback::new(caching_config(platform)),
@@ -437,8 +441,16 @@ impl PlannedAllocator {
                 }
             }
             Phase::Recording => {
-                if self.step >= warmup + record {
-                    self.plan(record as usize);
+                let recorded = self.step.saturating_sub(warmup);
+                if recorded >= record {
+                    // Shapes that change from step to step: record more
+                    // steps (up to `record_steps_changing`) before the
+                    // first plan, so that it sees more of their range.
+                    let steps: Vec<_> = self.records.last(recorded as usize).collect();
+                    let longer = u64::from(self.config.record_steps_changing);
+                    if recorded >= longer || !site_plan::shapes_change(&steps) {
+                        self.plan(recorded as usize);
+                    }
                 }
             }
             Phase::Serving => {

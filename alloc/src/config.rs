@@ -91,6 +91,9 @@ pub struct Config {
     pub warmup_steps: u32,
     /// Steps recorded (served by the fallback) before the first plan.
     pub record_steps: u32,
+    /// Steps recorded before the first plan when the recorded steps'
+    /// shapes differ (at least `record_steps`).
+    pub record_steps_changing: u32,
     /// Consecutive serving steps with misses (size, order, overlap) after
     /// which the allocator re-plans at the next step boundary.
     pub replan_miss_steps: u32,
@@ -122,6 +125,7 @@ impl Default for Config {
             device: None,
             warmup_steps: 1,
             record_steps: 2,
+            record_steps_changing: 6,
             replan_miss_steps: 1,
             recent_steps: 4,
             checked: None,

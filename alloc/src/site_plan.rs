@@ -78,6 +78,32 @@ pub fn slot_for(size: u64, pad: u64, checked: bool) -> u64 {
         + if checked { GUARD } else { 0 }
 }
 
+/// `size` rounded up to the next of four steps per power of two (1, 1.25,
+/// 1.5, 1.75 times a power of two), as `roundup_power2_divisions:4` rounds.
+pub fn bucket(size: u64) -> u64 {
+    if size <= 4 {
+        return size;
+    }
+    let p = 1u64 << (63 - size.leading_zeros()); // the power of two at or below
+    let step = p / 4;
+    size.div_ceil(step).saturating_mul(step)
+}
+
+/// Whether some request index had different sizes in `steps`: the shapes
+/// change from step to step.
+pub fn shapes_change(steps: &[&StepRecord]) -> bool {
+    let n = steps.iter().map(|s| s.requests.len()).max().unwrap_or(0);
+    steps.iter().any(|s| s.requests.len() != n)
+        || (0..n).any(|k| {
+            let mut sizes = steps
+                .iter()
+                .filter_map(|s| s.requests.get(k))
+                .map(|r| r.size);
+            let first = sizes.next();
+            sizes.any(|x| Some(x) != first)
+        })
+}
+
 /// Plans `steps` (oldest first, `latest` the last ended step).
 pub fn plan(
     steps: &[&StepRecord],
@@ -92,6 +118,7 @@ pub fn plan(
     let mut sites = Vec::with_capacity(n);
     for k in 0..n {
         let mut max_size = 0u64;
+        let mut min_size = u64::MAX;
         let (mut kept, mut other_stream) = (false, false);
         let (mut upper, mut wraps, mut carried, mut known) = (k + 1, false, false, false);
         let mut doubled = false;
@@ -100,6 +127,7 @@ pub fn plan(
                 continue;
             };
             max_size = max_size.max(req.size);
+            min_size = min_size.min(req.size);
             other_stream |= req.stream != stream;
             match req.life(rec.step, latest) {
                 Life::InStep(clock) => {
@@ -116,6 +144,15 @@ pub fn plan(
                 Life::Unknown => {}
             }
         }
+        // A site whose size changed between the recorded steps follows a
+        // changing shape (a sequence length): it gets room to grow, the
+        // next bucket of four per power of two (at most 25% more), so that
+        // a somewhat longer step still fits.
+        let max_size = if min_size < max_size {
+            bucket(max_size)
+        } else {
+            max_size
+        };
         let capacity = slot_for(max_size, pad, false) - pad;
         let slot = slot_for(max_size, pad, checked);
         let unplanned = if other_stream {
@@ -314,6 +351,19 @@ mod tests {
             size,
             stream: 0,
             freed: freed.map(|(step, clock)| FreedAt { step, clock }),
+        }
+    }
+
+    #[test]
+    fn buckets_are_four_per_power_of_two() {
+        assert_eq!(bucket(1000), 1024);
+        assert_eq!(bucket(1024), 1024);
+        assert_eq!(bucket(1025), 1280);
+        assert_eq!(bucket(85 * 1024), 96 * 1024);
+        assert_eq!(bucket(3), 3);
+        for size in [5u64, 77, 4097, 1 << 40, (1 << 40) + 1] {
+            let b = bucket(size);
+            assert!(b >= size && b <= size + size / 4, "{size} -> {b}");
         }
     }
 
