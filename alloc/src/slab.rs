@@ -133,11 +133,12 @@ impl PlannedSlab {
         if !self.contains(addr) {
             return None;
         }
+        // Live slots are disjoint, so the live slot starting last at or
+        // below the offset is the only one that can start at it.
         let offset = (addr - self.base) as u64;
-        let lo = self.by_offset.partition_point(|&(o, _, _)| o < offset);
         let hi = self.by_offset.partition_point(|&(o, _, _)| o <= offset);
         let p = self.live.predecessor(hi)?;
-        (p >= lo).then_some(p)
+        (self.by_offset[p].0 == offset).then_some(p)
     }
 
     /// The site whose live block starts at `addr`.
