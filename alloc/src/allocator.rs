@@ -120,6 +120,7 @@ pub struct PlannedAllocator {
     replans_unchanged: u64,
     replan_wait: u32,
     logged: u32,
+    last_null: String,
     trace: Option<TraceWriter>,
 }
 
@@ -194,6 +195,7 @@ impl PlannedAllocator {
             replans_unchanged: 0,
             replan_wait: 0,
             logged: 0,
+            last_null: String::new(),
             trace: None,
         }
     }
@@ -279,8 +281,12 @@ impl PlannedAllocator {
         // state, data) gets exact regions; the recorded steps' temporaries a
         // scratch pool that goes back once the slab serves them.
         let got = match (self.phase, self.in_step) {
-            (Phase::Warmup, _) | (Phase::Recording, false) => {
+            (Phase::Warmup, _) | (Phase::Recording, false) if self.config.exact_before_plan => {
                 self.exact.malloc(backing, size64, origin)
+            }
+            (Phase::Warmup, true) => self.scratch.malloc(backing, size64, stream, origin),
+            (Phase::Warmup | Phase::Recording, false) => {
+                self.fallback.malloc(backing, size64, stream, origin)
             }
             (Phase::Recording, true) => self.scratch.malloc(backing, size64, stream, origin),
             (Phase::Serving, _) => self.fallback.malloc(backing, size64, stream, origin),
@@ -376,10 +382,14 @@ impl PlannedAllocator {
                 }
                 self.counters.live_bytes -= size;
             }
-            None if self.fallback.owns_region_of(addr) || self.scratch.owns_region_of(addr) => self
-                .error(Kind::DoubleFree, || {
-                    format!("free of {addr:#x}: no live fallback block starts there (double free?)")
-                }),
+            None if self.fallback.owns_region_of(addr)
+                || self.scratch.owns_region_of(addr)
+                || self.exact.was_released(addr) =>
+            {
+                self.error(Kind::DoubleFree, || {
+                    format!("free of {addr:#x}: no live block starts there (double free?)")
+                })
+            }
             None => self.error(Kind::UnknownFree, || {
                 format!("free of {addr:#x}: this allocator never gave that pointer; ignored")
             }),
@@ -792,13 +802,30 @@ impl PlannedAllocator {
             Kind::Guard => {}
             Kind::Replan => e.replan_failed += 1,
         }
-        if self.config.log_errors && self.logged & kind as u32 == 0 {
-            self.logged |= kind as u32;
-            eprintln!(
-                "tensor-arena allocator: {} (further errors of this kind are counted in stats().errors, not logged)",
-                message()
-            );
+        // Only NULL answers keep their message (for last_error, so torch's
+        // out-of-memory error can say why); the rest format it once, to log.
+        let null_answer = matches!(
+            kind,
+            Kind::ZeroSize | Kind::TooLarge | Kind::OutOfMemory | Kind::OtherDevice
+        );
+        let first = self.logged & kind as u32 == 0;
+        if null_answer || (first && self.config.log_errors) {
+            let text = message();
+            if first && self.config.log_errors {
+                self.logged |= kind as u32;
+                eprintln!(
+                    "tensor-arena allocator: {text} (further errors of this kind are counted in stats().errors, not logged)"
+                );
+            }
+            if null_answer {
+                self.last_null = text;
+            }
         }
+    }
+
+    /// Why the last NULL answer was NULL (empty before one).
+    pub fn last_null_reason(&self) -> &str {
+        &self.last_null
     }
 }
 

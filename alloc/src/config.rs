@@ -100,6 +100,12 @@ pub struct Config {
     /// Steps kept for re-planning (the recent ones, the missing step
     /// included).
     pub recent_steps: u32,
+    /// Before the first plan, give requests outside steps and in warm-up
+    /// steps a backing region each (one device call per request, before
+    /// the plan only) instead of a caching pool, so that what the loop
+    /// keeps (weights, optimizer state) pins no cached segment beside the
+    /// slab later. Off: they share the caching pools.
+    pub exact_before_plan: bool,
     /// Poison freed planned blocks and verify guard bytes after each one;
     /// when absent, `TENSOR_ARENA_CHECKED=1` turns it on.
     pub checked: Option<bool>,
@@ -128,6 +134,7 @@ impl Default for Config {
             record_steps_changing: 6,
             replan_miss_steps: 1,
             recent_steps: 4,
+            exact_before_plan: true,
             checked: None,
             log_errors: true,
             trace: None,

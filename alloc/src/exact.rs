@@ -12,11 +12,17 @@ use crate::backing::Backing;
 use crate::record::Origin;
 use crate::site_plan::GRANULE;
 
+/// Regions remembered after release, to tell a double free from an
+/// unknown pointer.
+const RELEASED_MEMORY: usize = 256;
+
 /// Live exact regions by address: bytes asked for, bytes reserved, origin.
 #[derive(Default)]
 pub struct ExactPool {
     blocks: HashMap<usize, (u64, u64, Origin)>,
     reserved: u64,
+    released: Vec<usize>,
+    next_released: usize,
 }
 
 impl ExactPool {
@@ -43,7 +49,19 @@ impl ExactPool {
         let (size, bytes, origin) = self.blocks.remove(&addr)?;
         backing.release(addr);
         self.reserved -= bytes;
+        if self.released.len() < RELEASED_MEMORY {
+            self.released.push(addr);
+        } else {
+            self.released[self.next_released] = addr;
+            self.next_released = (self.next_released + 1) % RELEASED_MEMORY;
+        }
         Some((size, origin))
+    }
+
+    /// Whether `addr` is one of the last regions released (and not live
+    /// again): a second free of it is a double free.
+    pub fn was_released(&self, addr: usize) -> bool {
+        !self.blocks.contains_key(&addr) && self.released.contains(&addr)
     }
 
     /// Bytes reserved.

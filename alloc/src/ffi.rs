@@ -103,11 +103,17 @@ pub extern "C" fn tensor_arena_alloc(
 ) -> *mut c_void {
     guarded(std::ptr::null_mut(), || {
         let mut g = global();
-        match g.allocator_for(Some(device)) {
-            Some(a) => a
-                .alloc(size, device, stream as usize)
-                .map_or(std::ptr::null_mut(), |addr| addr as *mut c_void),
-            None => std::ptr::null_mut(),
+        let Some(a) = g.allocator_for(Some(device)) else {
+            return std::ptr::null_mut();
+        };
+        match a.alloc(size, device, stream as usize) {
+            Some(addr) => addr as *mut c_void,
+            None => {
+                // torch raises its out-of-memory error; this is the why.
+                let why = a.last_null_reason().to_owned();
+                g.last_error = why;
+                std::ptr::null_mut()
+            }
         }
     })
 }

@@ -119,6 +119,9 @@ pub fn json(a: &PlannedAllocator) -> Value {
 /// as the model lays them out, at their real addresses. Traces are not
 /// kept (`device_traces` holds one empty list).
 pub fn snapshot(a: &PlannedAllocator, device: i32) -> Value {
+    // Host memory has no device index; snapshot readers (torch's, the
+    // doctor) expect device 0.
+    let device = device.max(0);
     let mut segments = Vec::new();
     if let Some(slab) = a.slab() {
         let mut blocks = Vec::new();
