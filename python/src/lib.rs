@@ -38,6 +38,18 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reference::reference_specs, m)?)?;
     m.add_function(wrap_pyfunction!(reference::reference_plans, m)?)?;
     m.add("GUARD_BYTE", tensor_arena::arena::GUARD_BYTE)?;
+    // The planned allocator's C ABI lives in this same shared object
+    // (tensor_arena_alloc & co., exported by the tensor-arena-alloc crate):
+    // naming two of its functions here links them in, and gives Python
+    // their addresses without a dlsym.
+    m.add(
+        "ALLOCATOR_ALLOC_ADDRESS",
+        tensor_arena_alloc::ffi::tensor_arena_alloc as *const () as usize,
+    )?;
+    m.add(
+        "ALLOCATOR_FREE_ADDRESS",
+        tensor_arena_alloc::ffi::tensor_arena_free as *const () as usize,
+    )?;
     m.add("POISON_BYTE", tensor_arena::arena::POISON_BYTE)?;
     Ok(())
 }

@@ -20,6 +20,9 @@ their phases or their mode and views beyond the padded capacity with
 exceptions that name the buffer, the shape, the mode and the limit.
 :func:`replay` and :func:`sweep` run the fragmentation doctor
 (``tensor-arena replay``) on a snapshot, a trace file or a live snapshot dict.
+:class:`PlannedAllocator` (``tensor_arena.allocator``) puts the planned
+allocator library in torch's own allocator slot for unmodified training loops;
+``python -m tensor_arena.run train.py`` does so without editing the script.
 See docs/python.md.
 """
 
@@ -54,8 +57,10 @@ from .doctor import replay, report, sweep
 # The recorder and the Megatron adapter import torch; the doctor and the
 # console script do not need it, so they are loaded on first use (PEP 562).
 _LAZY = {
+    "AllocatorError": "allocator",
     "GlobalMemoryBuffer": "megatron",
     "Persistent": "recorder",
+    "PlannedAllocator": "allocator",
     "RecordMode": "recorder",
     "Recorder": "recorder",
     "RecordPhase": "recorder",
@@ -76,6 +81,7 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllocatorError",
     "AlreadyLeasedError",
     "Arena",
     "ArenaError",
@@ -94,6 +100,7 @@ __all__ = [
     "Phase",
     "PhaseError",
     "Plan",
+    "PlannedAllocator",
     "Planner",
     "RecordMode",
     "RecordPhase",

@@ -64,3 +64,9 @@ pub use device::{AscendDevice, AscendSlab};
 pub use library_search::{DEFAULT_TOOLKITS, KERNEL_LIB_NAME, RUNTIME_NAMES};
 pub use result::{code_fix, code_name};
 pub use runtime::AscendRuntime;
+
+/// Where this build put the simulated ACL runtime (`kernels/sim/`, built by
+/// `build.rs` when a C++ compiler was found): the directory holding its
+/// `libascendcl.so`. It is never searched by default; tests and simulated
+/// runs ask for it by this name (`AscendConfig::runtime_lib`).
+pub const SIMULATED_RUNTIME_DIR: Option<&str> = option_env!("TENSOR_ARENA_SIM_DIR");

@@ -1,0 +1,276 @@
+//! CUDA device memory through the CUDA runtime (`libcudart`), loaded at
+//! run time: nothing links against CUDA, and a machine without it fails
+//! with an error naming what was searched.
+
+use std::collections::BTreeMap;
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+use libloading::Library;
+
+use super::Backing;
+use crate::error::{Error, Result};
+
+/// Names tried in order (the soname torch's own wheels load first, so the
+/// copy already in the process is found).
+const CUDART_NAMES: [&str; 5] = [
+    "libcudart.so.13",
+    "libcudart.so.12",
+    "libcudart.so.11.0",
+    "libcudart.so",
+    "cudart64_12.dll",
+];
+
+const MEMCPY_HOST_TO_DEVICE: c_int = 1;
+const MEMCPY_DEVICE_TO_HOST: c_int = 2;
+
+type Malloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
+type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
+type Memcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
+type SetDevice = unsafe extern "C" fn(c_int) -> c_int;
+type GetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
+type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+
+struct Fns {
+    malloc: Malloc,
+    free: Free,
+    mem_get_info: MemGetInfo,
+    memcpy: Memcpy,
+    set_device: SetDevice,
+    get_device: GetDevice,
+    error_string: ErrorString,
+}
+
+/// Device memory of one CUDA device.
+pub struct CudaBacking {
+    fns: Fns,
+    device: c_int,
+    regions: BTreeMap<usize, usize>,
+    reservations: u64,
+    reserved: u64,
+    total: Option<usize>,
+    // Keeps the functions above loaded; dropped last.
+    _lib: Library,
+}
+
+impl CudaBacking {
+    /// Loads the CUDA runtime (`lib`, else the usual sonames) for device
+    /// `device`, else the calling thread's current device.
+    pub fn open(device: Option<i32>, lib: Option<&str>) -> Result<CudaBacking> {
+        let names: Vec<&str> = match lib {
+            Some(l) => vec![l],
+            None => CUDART_NAMES.to_vec(),
+        };
+        let mut tried = Vec::new();
+        let mut found = None;
+        for name in &names {
+            // SAFETY: loading the CUDA runtime runs its initialisers, which
+            // have no preconditions on the caller.
+            match unsafe { Library::new(name) } {
+                Ok(l) => {
+                    found = Some(l);
+                    break;
+                }
+                Err(e) => tried.push(format!("{name}: {e}")),
+            }
+        }
+        let lib = found.ok_or_else(|| Error::Backing {
+            backend: "cuda".to_owned(),
+            reason: format!(
+                "no CUDA runtime could be loaded (tried {}); install the CUDA build of torch or set cuda_runtime_lib",
+                tried.join("; ")
+            ),
+        })?;
+        let sym = |name: &str| -> Result<*const c_void> {
+            // SAFETY: the symbol is only read as an address here and cast
+            // below to the signature the CUDA runtime API documents.
+            unsafe { lib.get::<*const c_void>(name.as_bytes()) }
+                .map(|s| *s)
+                .map_err(|e| Error::Backing {
+                    backend: "cuda".to_owned(),
+                    reason: format!("the CUDA runtime lacks {name}: {e}"),
+                })
+        };
+        // SAFETY: each pointer is the named CUDA runtime function, whose C
+        // signature (cuda_runtime_api.h) is the type it is cast to.
+        let fns = unsafe {
+            Fns {
+                malloc: std::mem::transmute::<*const c_void, Malloc>(sym("cudaMalloc")?),
+                free: std::mem::transmute::<*const c_void, Free>(sym("cudaFree")?),
+                mem_get_info: std::mem::transmute::<*const c_void, MemGetInfo>(sym(
+                    "cudaMemGetInfo",
+                )?),
+                memcpy: std::mem::transmute::<*const c_void, Memcpy>(sym("cudaMemcpy")?),
+                set_device: std::mem::transmute::<*const c_void, SetDevice>(sym("cudaSetDevice")?),
+                get_device: std::mem::transmute::<*const c_void, GetDevice>(sym("cudaGetDevice")?),
+                error_string: std::mem::transmute::<*const c_void, ErrorString>(sym(
+                    "cudaGetErrorString",
+                )?),
+            }
+        };
+        let mut backing = CudaBacking {
+            fns,
+            device: device.unwrap_or(0),
+            regions: BTreeMap::new(),
+            reservations: 0,
+            reserved: 0,
+            total: None,
+            _lib: lib,
+        };
+        if device.is_none() {
+            let mut current: c_int = 0;
+            // SAFETY: cudaGetDevice writes one int through a valid pointer.
+            backing.check("cudaGetDevice", unsafe {
+                (backing.fns.get_device)(&mut current)
+            })?;
+            backing.device = current;
+        }
+        backing.total = backing.mem_info().ok().map(|(_, total)| total);
+        Ok(backing)
+    }
+
+    fn check(&self, op: &str, code: c_int) -> Result<()> {
+        if code == 0 {
+            return Ok(());
+        }
+        // SAFETY: cudaGetErrorString returns a static NUL-terminated string
+        // for any code.
+        let text = unsafe { CStr::from_ptr((self.fns.error_string)(code)) };
+        Err(Error::Backing {
+            backend: format!("cuda:{}", self.device),
+            reason: format!("{op} failed with {code} ({})", text.to_string_lossy()),
+        })
+    }
+
+    /// Runs `f` with this backing's device current, restoring the caller's.
+    fn on_device<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let mut previous: c_int = 0;
+        // SAFETY: cudaGetDevice writes one int through a valid pointer.
+        self.check("cudaGetDevice", unsafe {
+            (self.fns.get_device)(&mut previous)
+        })?;
+        if previous != self.device {
+            // SAFETY: plain call with a device index.
+            self.check("cudaSetDevice", unsafe {
+                (self.fns.set_device)(self.device)
+            })?;
+        }
+        let out = f();
+        if previous != self.device {
+            // SAFETY: as above; restores the caller's device.
+            let _ = unsafe { (self.fns.set_device)(previous) };
+        }
+        out
+    }
+
+    fn mem_info(&self) -> Result<(usize, usize)> {
+        self.on_device(|| {
+            let (mut free, mut total) = (0usize, 0usize);
+            // SAFETY: two valid out-pointers.
+            self.check("cudaMemGetInfo", unsafe {
+                (self.fns.mem_get_info)(&mut free, &mut total)
+            })?;
+            Ok((free, total))
+        })
+    }
+
+    fn inside(&self, addr: usize, len: usize) -> Result<()> {
+        match self.regions.range(..=addr).next_back() {
+            Some((&base, &size)) if addr - base + len <= size => Ok(()),
+            _ => Err(Error::Backing {
+                backend: format!("cuda:{}", self.device),
+                reason: format!("{len} bytes at {addr:#x} are not inside one reserved region"),
+            }),
+        }
+    }
+}
+
+impl Backing for CudaBacking {
+    fn name(&self) -> String {
+        format!("cuda:{}", self.device)
+    }
+
+    fn reserve(&mut self, bytes: usize) -> Result<usize> {
+        let addr = self.on_device(|| {
+            let mut ptr: *mut c_void = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer; cudaMalloc aligns to 256 B at
+            // least (512 in practice).
+            self.check("cudaMalloc", unsafe { (self.fns.malloc)(&mut ptr, bytes) })?;
+            Ok(ptr as usize)
+        })?;
+        self.regions.insert(addr, bytes);
+        self.reservations += 1;
+        self.reserved += bytes as u64;
+        Ok(addr)
+    }
+
+    fn release(&mut self, addr: usize) {
+        if let Some(size) = self.regions.remove(&addr) {
+            self.reserved -= size as u64;
+            let _ = self.on_device(|| {
+                // SAFETY: `addr` came from cudaMalloc and is freed once
+                // (removed from the map above).
+                self.check("cudaFree", unsafe { (self.fns.free)(addr as *mut c_void) })
+            });
+        }
+    }
+
+    fn fill(&mut self, addr: usize, len: usize, byte: u8) -> Result<()> {
+        self.inside(addr, len)?;
+        let host = vec![byte; len];
+        self.on_device(|| {
+            // SAFETY: the destination range lies in a live region (checked)
+            // and the source is `len` host bytes; cudaMemcpy synchronises.
+            self.check("cudaMemcpy", unsafe {
+                (self.fns.memcpy)(
+                    addr as *mut c_void,
+                    host.as_ptr().cast(),
+                    len,
+                    MEMCPY_HOST_TO_DEVICE,
+                )
+            })
+        })
+    }
+
+    fn read(&mut self, addr: usize, dst: &mut [u8]) -> Result<()> {
+        self.inside(addr, dst.len())?;
+        self.on_device(|| {
+            // SAFETY: the source range lies in a live region (checked) and
+            // `dst` is a unique host buffer of the same length.
+            self.check("cudaMemcpy", unsafe {
+                (self.fns.memcpy)(
+                    dst.as_mut_ptr().cast(),
+                    addr as *const c_void,
+                    dst.len(),
+                    MEMCPY_DEVICE_TO_HOST,
+                )
+            })
+        })
+    }
+
+    fn free_memory(&self) -> Option<usize> {
+        self.mem_info().ok().map(|(free, _)| free)
+    }
+
+    fn total_memory(&self) -> Option<usize> {
+        self.total
+    }
+
+    fn reservations(&self) -> u64 {
+        self.reservations
+    }
+
+    fn reserved_bytes(&self) -> u64 {
+        self.reserved
+    }
+
+    fn device(&self) -> i32 {
+        self.device
+    }
+}
+
+// SAFETY: the struct holds plain function pointers and addresses; the CUDA
+// runtime's functions may be called from any thread (the device is set on
+// the calling thread by `on_device`), and the allocator's mutex serialises
+// every use of the region map.
+unsafe impl Send for CudaBacking {}

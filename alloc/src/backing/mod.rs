@@ -1,0 +1,59 @@
+//! The memory behind the slab and the fallback's regions: host pages, CUDA
+//! device memory or Ascend device memory. Each backing hands out whole
+//! regions by address; the policy never dereferences them (checked mode
+//! goes through [`Backing::fill`] and [`Backing::read`]).
+
+use crate::config::{Backend, Config};
+use crate::error::Result;
+
+// The CUDA runtime's functions, dlopen'd, are called through raw pointers.
+#[allow(unsafe_code)]
+mod cuda;
+// The Ascend device handle is made `Send`: one owner, behind the mutex.
+#[allow(unsafe_code)]
+mod device;
+
+pub use cuda::CudaBacking;
+pub use device::{DeviceBacking, NpuBacking, host_backing, host_backing_on, npu_backing};
+
+/// A source of device memory regions.
+pub trait Backing: Send {
+    /// Short name for reports (`cpu`, `cuda:0`, `npu:0`).
+    fn name(&self) -> String;
+    /// Reserves `bytes` (512-byte aligned at least) and returns its address.
+    fn reserve(&mut self, bytes: usize) -> Result<usize>;
+    /// Returns a region [`Backing::reserve`] gave, by its address; an
+    /// address it did not give is ignored.
+    fn release(&mut self, addr: usize);
+    /// Sets `len` bytes at `addr` (inside one reserved region) to `byte`.
+    fn fill(&mut self, addr: usize, len: usize, byte: u8) -> Result<()>;
+    /// Copies bytes at `addr` (inside one reserved region) into `dst`.
+    fn read(&mut self, addr: usize, dst: &mut [u8]) -> Result<()>;
+    /// Bytes the device can still give (after its headroom rule), if known.
+    fn free_memory(&self) -> Option<usize>;
+    /// The device's capacity, if known.
+    fn total_memory(&self) -> Option<usize>;
+    /// Successful reservations so far.
+    fn reservations(&self) -> u64;
+    /// Bytes reserved now.
+    fn reserved_bytes(&self) -> u64;
+    /// The device index it reserves on (-1 for host memory).
+    fn device(&self) -> i32;
+}
+
+/// Opens the backing `config` names. A backend whose runtime is missing
+/// fails with the error of its loader (what was searched, how to set it
+/// up); nothing falls back to host memory.
+pub fn open(config: &Config) -> Result<Box<dyn Backing>> {
+    Ok(match config.backend {
+        Backend::Cpu => Box::new(host_backing()),
+        Backend::Cuda => Box::new(CudaBacking::open(
+            config.device,
+            config.cuda_runtime_lib.as_deref(),
+        )?),
+        Backend::Npu => Box::new(npu_backing(
+            config.device.unwrap_or(0),
+            config.npu_runtime_lib.as_deref(),
+        )?),
+    })
+}

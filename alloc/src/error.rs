@@ -1,0 +1,51 @@
+//! The crate's one error type.
+
+use thiserror::Error;
+
+/// What went wrong in the planned allocator's control path. The serving
+/// path (`alloc` / `free`) never returns errors: it counts them
+/// ([`crate::ErrorCounts`]), logs the first of each kind, and answers NULL
+/// where torch expects NULL for out of memory.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A configuration string that is not valid JSON of the accepted keys.
+    #[error("allocator configuration {config:?} is not valid: {reason}")]
+    Config {
+        /// The configuration as given.
+        config: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `configure` after the allocator has served a request.
+    #[error(
+        "the allocator has already served {requests} requests: configure it before the first allocation (or call reset first)"
+    )]
+    AlreadyStarted {
+        /// Requests served so far.
+        requests: u64,
+    },
+    /// `step_begin` inside a step, or `step_end` outside one.
+    #[error("{call} called {state}: steps do not nest (step {step})")]
+    StepOrder {
+        /// `step_begin` or `step_end`.
+        call: &'static str,
+        /// `inside step N` or `outside any step`.
+        state: &'static str,
+        /// Steps begun so far.
+        step: u64,
+    },
+    /// The backing memory could not be opened or reserved.
+    #[error("backing '{backend}': {reason}")]
+    Backing {
+        /// `cpu`, `cuda` or `npu`.
+        backend: String,
+        /// What failed, with what was searched where it applies.
+        reason: String,
+    },
+    /// An error of the tensor-arena core (the host or Ascend device).
+    #[error(transparent)]
+    Core(#[from] tensor_arena::Error),
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

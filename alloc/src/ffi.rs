@@ -1,0 +1,274 @@
+//! The C ABI: torch's pluggable-allocator pair and the control functions,
+//! over one process-wide allocator behind a mutex. Nothing unwinds across
+//! the boundary: a panic is caught, counted as an error and answered like
+//! a failure.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::allocator::PlannedAllocator;
+use crate::config::Config;
+use crate::report;
+
+/// The environment variable holding the configuration JSON used when
+/// `tensor_arena_configure` was never called.
+pub const CONFIG_ENV: &str = "TENSOR_ARENA_ALLOC_CONFIG";
+
+struct Global {
+    config: Option<Config>,
+    allocator: Option<PlannedAllocator>,
+    last_error: String,
+}
+
+static GLOBAL: Mutex<Global> = Mutex::new(Global {
+    config: None,
+    allocator: None,
+    last_error: String::new(),
+});
+
+fn global() -> MutexGuard<'static, Global> {
+    // A panic while holding the lock was caught at the boundary; the state
+    // it left is still consistent enough to report and reset.
+    GLOBAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Global {
+    /// The allocator, opened with the configured (or environment, or
+    /// default) settings at first use.
+    fn allocator(&mut self) -> Option<&mut PlannedAllocator> {
+        self.allocator_for(None)
+    }
+
+    /// The allocator, opened at first use for `device` (the first
+    /// request's) unless the configuration names one.
+    fn allocator_for(&mut self, device: Option<i32>) -> Option<&mut PlannedAllocator> {
+        if self.allocator.is_none() {
+            let config = match self.config.clone() {
+                Some(c) => Ok(c),
+                None => Config::from_json(&std::env::var(CONFIG_ENV).unwrap_or_default()),
+            };
+            let config = config.map(|mut c| {
+                c.device = c.device.or(device.filter(|&d| d >= 0));
+                c
+            });
+            match config.and_then(PlannedAllocator::new) {
+                Ok(a) => self.allocator = Some(a),
+                Err(e) => {
+                    if self.last_error.is_empty() {
+                        eprintln!("tensor-arena allocator: {e}");
+                    }
+                    self.last_error = e.to_string();
+                    return None;
+                }
+            }
+        }
+        self.allocator.as_mut()
+    }
+}
+
+fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        global().last_error = "a panic inside the allocator was caught".to_owned();
+        fallback
+    })
+}
+
+/// Writes `text` and a NUL into `buf` (at most `cap` bytes); returns the
+/// text's full length.
+///
+/// # Safety
+/// `buf` is null or valid for `cap` writable bytes.
+unsafe fn write_out(text: &str, buf: *mut c_char, cap: usize) -> usize {
+    if !buf.is_null() && cap > 0 {
+        let n = text.len().min(cap - 1);
+        // SAFETY: `buf` holds `cap` bytes (the caller's promise) and
+        // `n + 1 <= cap`; the source is a distinct Rust string.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    text.len()
+}
+
+/// Allocates `size` bytes for `device` on `stream` (torch's
+/// pluggable-allocator signature). NULL when out of memory, for size 0 and
+/// for bad input (counted in the stats' `errors`).
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_alloc(
+    size: usize,
+    device: c_int,
+    stream: *mut c_void,
+) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        let mut g = global();
+        let Some(a) = g.allocator_for(Some(device)) else {
+            return std::ptr::null_mut();
+        };
+        match a.alloc(size, device, stream as usize) {
+            Some(addr) => addr as *mut c_void,
+            None => {
+                // torch raises its out-of-memory error; this is the why.
+                let why = a.last_null_reason().to_owned();
+                g.last_error = why;
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Frees a block `tensor_arena_alloc` gave; `size` may be 0 (CPU deleters
+/// do not know it). Unknown pointers and double frees are counted, never
+/// acted on.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_free(
+    ptr: *mut c_void,
+    _size: usize,
+    _device: c_int,
+    _stream: *mut c_void,
+) {
+    guarded((), || {
+        if let Some(a) = global().allocator.as_mut() {
+            a.free(ptr as usize);
+        }
+    })
+}
+
+/// Sets the configuration (a JSON object, docs/allocator.md) before the
+/// first allocation. 0 on success, -1 on error.
+///
+/// # Safety
+/// `json` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tensor_arena_configure(json: *const c_char) -> c_int {
+    let text = if json.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated string, the caller's promise.
+        unsafe { CStr::from_ptr(json) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    guarded(-1, || {
+        let mut g = global();
+        if let Some(a) = g.allocator.as_ref()
+            && a.requests() > 0
+        {
+            g.last_error = crate::Error::AlreadyStarted {
+                requests: a.requests(),
+            }
+            .to_string();
+            return -1;
+        }
+        match Config::from_json(&text) {
+            Ok(c) => {
+                g.config = Some(c);
+                g.allocator = None;
+                0
+            }
+            Err(e) => {
+                g.last_error = e.to_string();
+                -1
+            }
+        }
+    })
+}
+
+fn step_call(f: fn(&mut PlannedAllocator) -> crate::Result<()>) -> c_int {
+    guarded(-1, || {
+        let mut g = global();
+        let result = match g.allocator() {
+            Some(a) => f(a).map_err(|e| e.to_string()),
+            None => return -1,
+        };
+        match result {
+            Ok(()) => 0,
+            Err(e) => {
+                g.last_error = e;
+                -1
+            }
+        }
+    })
+}
+
+/// A step begins. 0 on success, -1 inside a step already.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_step_begin() -> c_int {
+    step_call(PlannedAllocator::step_begin)
+}
+
+/// The step ends (recording, planning and re-planning happen here). 0 on
+/// success, -1 outside a step.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_step_end() -> c_int {
+    step_call(PlannedAllocator::step_end)
+}
+
+/// Drops plans, slabs and caches and starts over; returns the live blocks
+/// it found (counted as leaked), or -1.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_reset() -> c_int {
+    guarded(-1, || {
+        let mut g = global();
+        match g.allocator.as_mut() {
+            Some(a) => a.reset().min(c_int::MAX as usize) as c_int,
+            None => 0,
+        }
+    })
+}
+
+fn json_call(buf: *mut c_char, cap: usize, f: fn(&mut Global) -> String) -> usize {
+    let text = guarded(String::new(), || f(&mut global()));
+    // SAFETY: forwarded from the exported function's contract.
+    unsafe { write_out(&text, buf, cap) }
+}
+
+/// The stats JSON (docs/allocator.md lists its keys); returns its length.
+///
+/// # Safety
+/// `buf` is null or valid for `cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tensor_arena_stats_json(buf: *mut c_char, cap: usize) -> usize {
+    json_call(buf, cap, |g| match g.allocator() {
+        Some(a) => serde_json::to_string(&a.stats()).unwrap_or_default(),
+        None => "{}".to_owned(),
+    })
+}
+
+/// The report JSON (`stats`, `plan`, `text`); returns its length.
+///
+/// # Safety
+/// `buf` is null or valid for `cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tensor_arena_report_json(buf: *mut c_char, cap: usize) -> usize {
+    json_call(buf, cap, |g| match g.allocator() {
+        Some(a) => report::json(a).to_string(),
+        None => "{}".to_owned(),
+    })
+}
+
+/// A snapshot in the shape of `torch.cuda.memory._snapshot()`; returns its
+/// length.
+///
+/// # Safety
+/// `buf` is null or valid for `cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tensor_arena_snapshot_json(buf: *mut c_char, cap: usize) -> usize {
+    json_call(buf, cap, |g| match g.allocator() {
+        Some(a) => {
+            let device = a.device();
+            report::snapshot(a, device).to_string()
+        }
+        None => "{}".to_owned(),
+    })
+}
+
+/// The last control-path error message; returns its length.
+///
+/// # Safety
+/// `buf` is null or valid for `cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tensor_arena_last_error(buf: *mut c_char, cap: usize) -> usize {
+    json_call(buf, cap, |g| g.last_error.clone())
+}

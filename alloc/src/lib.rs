@@ -1,0 +1,69 @@
+//! A planned allocator for unmodified PyTorch training loops.
+//!
+//! Installed as torch's allocator (`torch.cuda.memory.CUDAPluggableAllocator`,
+//! `torch_npu.npu.NPUPluggableAllocator`, or torch's CPU allocator), it
+//! serves the first steps from a live caching allocator while recording
+//! every request (size, stream, order in the step, when it was freed),
+//! plans one slab for a step with tensor-arena's planner at a step
+//! boundary, and serves every later step's `k`-th request at its planned
+//! offset: when the request fits its site and no live block holds any of
+//! the site's bytes (checked on every request, so a program that strays
+//! from its recording never gets memory that overlaps a live block).
+//! Everything else (requests that outlive their step, other streams,
+//! requests outside steps, misses) goes to the fallback, and persistent
+//! misses re-plan at the next boundary. See docs/allocator.md.
+//!
+//! - [`PlannedAllocator`]: the policy over one [`Backing`];
+//! - [`ffi`]: the C ABI (`tensor_arena_alloc` / `tensor_arena_free` and the
+//!   control functions) over one process-wide allocator;
+//! - [`backing`]: host pages, CUDA (runtime loaded at run time) and Ascend
+//!   (`aclrtMalloc` through the core crate's ACL loading);
+//! - [`Fallback`]: the core crate's caching-allocator model made live.
+//!
+//! ```
+//! use tensor_arena_alloc::{Config, PlannedAllocator};
+//! let mut a = PlannedAllocator::new(Config::from_json(r#"{"warmup_steps": 1, "record_steps": 1}"#)?)?;
+//! for step in 0..4 {
+//!     a.step_begin()?;
+//!     let act = a.alloc(1 << 20, 0, 0).unwrap(); // an activation
+//!     let tmp = a.alloc(4096, 0, 0).unwrap(); // a temporary
+//!     a.free(tmp);
+//!     a.free(act);
+//!     a.step_end()?;
+//! }
+//! let s = a.stats();
+//! assert_eq!((s.plans, s.served_from_plan, s.requests_after_warmup), (1, 4, 4));
+//! assert!(s.slab_ratio <= 1.0 + 1e-9);
+//! # Ok::<(), tensor_arena_alloc::Error>(())
+//! ```
+#![deny(unsafe_code)]
+
+mod allocator;
+pub mod backing;
+mod config;
+mod error;
+mod exact;
+mod fallback;
+// The C ABI: C strings and caller buffers cross here.
+#[allow(unsafe_code)]
+pub mod ffi;
+mod live_set;
+mod record;
+pub mod report;
+mod shadow;
+mod site_plan;
+mod slab;
+mod stats;
+pub mod trace;
+
+pub use allocator::{Phase, PlannedAllocator, caching_config};
+pub use backing::Backing;
+pub use config::{Backend, Config, Platform};
+pub use error::{Error, Result};
+pub use exact::ExactPool;
+pub use fallback::{Fallback, FallbackBlock};
+pub use live_set::LiveSet;
+pub use record::{FreedAt, Life, Origin, Records, Request, StepRecord};
+pub use site_plan::{GRANULE, GUARD, Site, SitePlan, Unplanned, slot_for};
+pub use slab::{PlannedSlab, Refusal};
+pub use stats::{ErrorCounts, Misses, ModelFigures, Stats};

@@ -1,0 +1,157 @@
+//! What the allocator remembers of each step: every request in order, its
+//! size and stream, and when it was freed.
+
+use std::collections::VecDeque;
+
+/// Where a block came from: the `k`-th request of step `step` (steps count
+/// from 1), or outside any step (`step == 0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The step, 0 for none.
+    pub step: u64,
+    /// Its index among the step's requests.
+    pub k: u32,
+}
+
+impl Origin {
+    /// A block allocated outside any step.
+    pub const OUTSIDE: Origin = Origin { step: 0, k: 0 };
+}
+
+/// When a block was freed: in step `step`, after `clock` requests of that
+/// step had been made (frees between steps count as clock 0 of the next).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FreedAt {
+    /// The step it was freed in.
+    pub step: u64,
+    /// Requests of that step made before the free.
+    pub clock: u32,
+}
+
+/// One request of a recorded step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Bytes asked for.
+    pub size: u64,
+    /// Stream id (0 for the default stream / the CPU).
+    pub stream: u32,
+    /// When it was freed, if it has been.
+    pub freed: Option<FreedAt>,
+}
+
+/// The requests of one step.
+#[derive(Debug, Clone, Default)]
+pub struct StepRecord {
+    /// The step's number (from 1).
+    pub step: u64,
+    /// Its requests, in order.
+    pub requests: Vec<Request>,
+}
+
+/// How a request's block lived, relative to its step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// Freed in its own step once `clock` requests had been made.
+    InStep(u32),
+    /// Freed in the next step once `clock` of its requests had been made.
+    NextStep(u32),
+    /// Still alive after the next step: kept by the caller.
+    Kept,
+    /// Not freed yet and its step is the latest: nothing known.
+    Unknown,
+}
+
+impl Request {
+    /// How this request of step `step` lived, as seen when `latest` is the
+    /// latest step that has ended.
+    pub fn life(&self, step: u64, latest: u64) -> Life {
+        match self.freed {
+            Some(f) if f.step == step => Life::InStep(f.clock),
+            Some(f) if f.step == step + 1 => Life::NextStep(f.clock),
+            Some(_) => Life::Kept,
+            None if step >= latest => Life::Unknown,
+            None => Life::Kept,
+        }
+    }
+}
+
+/// The recent steps, oldest first, at most `keep` of them.
+#[derive(Debug, Clone, Default)]
+pub struct Records {
+    steps: VecDeque<StepRecord>,
+    keep: usize,
+}
+
+impl Records {
+    /// Keeps the last `keep` steps.
+    pub fn new(keep: usize) -> Records {
+        Records {
+            steps: VecDeque::with_capacity(keep + 1),
+            keep: keep.max(1),
+        }
+    }
+
+    /// Starts the record of step `step`, dropping the oldest beyond `keep`
+    /// (its vector is reused, so steady steps do not allocate).
+    pub fn begin(&mut self, step: u64, expected: usize) {
+        let mut rec = if self.steps.len() >= self.keep {
+            self.steps.pop_front().unwrap_or_default()
+        } else {
+            StepRecord::default()
+        };
+        rec.step = step;
+        rec.requests.clear();
+        rec.requests.reserve(expected);
+        self.steps.push_back(rec);
+    }
+
+    /// Appends a request to the current step; returns its index.
+    pub fn push(&mut self, size: u64, stream: u32) -> u32 {
+        match self.steps.back_mut() {
+            Some(rec) => {
+                rec.requests.push(Request {
+                    size,
+                    stream,
+                    freed: None,
+                });
+                (rec.requests.len() - 1) as u32
+            }
+            None => 0,
+        }
+    }
+
+    /// Notes the free of the block from `origin`.
+    pub fn freed(&mut self, origin: Origin, at: FreedAt) {
+        let Some(front) = self.steps.front() else {
+            return;
+        };
+        if origin.step < front.step {
+            return;
+        }
+        let index = (origin.step - front.step) as usize;
+        if let Some(req) = self
+            .steps
+            .get_mut(index)
+            .and_then(|r| r.requests.get_mut(origin.k as usize))
+        {
+            req.freed = Some(at);
+        }
+    }
+
+    /// The last `n` steps (fewer if fewer are kept), oldest first.
+    pub fn last(&self, n: usize) -> impl Iterator<Item = &StepRecord> {
+        let skip = self.steps.len().saturating_sub(n);
+        self.steps.iter().skip(skip)
+    }
+
+    /// The record of step `step`, if kept.
+    pub fn get(&self, step: u64) -> Option<&StepRecord> {
+        let front = self.steps.front()?;
+        self.steps.get(step.checked_sub(front.step)? as usize)
+    }
+
+    /// Requests in the latest step.
+    pub fn latest_len(&self) -> usize {
+        self.steps.back().map_or(0, |r| r.requests.len())
+    }
+}

@@ -1,0 +1,230 @@
+//! What the allocator tells: the text report, the report JSON and a memory
+//! snapshot in the shape of `torch.cuda.memory._snapshot()`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use tensor_arena::caching::BlockState;
+use tensor_arena::units::format_bytes;
+
+use crate::allocator::PlannedAllocator;
+use crate::fallback::Fallback;
+use crate::stats::Stats;
+
+/// The report as text, for people.
+pub fn text(s: &Stats, platform: &str) -> String {
+    let mut out = String::new();
+    let pct = |x: f64| format!("{:.2}%", x * 100.0);
+    let _ = writeln!(
+        out,
+        "tensor-arena planned allocator: backing {}, fallback rules {platform}, phase {}, checked {}",
+        s.backing, s.phase, s.checked
+    );
+    let _ = writeln!(
+        out,
+        "steps {}, requests {}; in steps after warm-up {}, served from the plan {} ({})",
+        s.steps,
+        s.requests,
+        s.requests_after_warmup,
+        s.served_from_plan,
+        pct(s.served_share)
+    );
+    let m = &s.misses;
+    let _ = writeln!(
+        out,
+        "misses: size {}, order {}, overlap {}, other stream {}, outside a step {}",
+        m.size, m.order, m.overlap, m.stream, m.outside_step
+    );
+    let _ = writeln!(
+        out,
+        "plans {} (re-plans {}), {} sites; slab {} = {:.4} x the recorded steps' lower bound ({})",
+        s.plans,
+        s.replans,
+        s.plan_sites,
+        format_bytes(s.slab_bytes),
+        s.slab_ratio,
+        format_bytes(s.lower_bound)
+    );
+    let _ = writeln!(
+        out,
+        "reserved now {} (fallback {}); peak reserved {}, peak live {}: fragmentation {}",
+        format_bytes(s.reserved_bytes),
+        format_bytes(s.fallback_reserved_bytes),
+        format_bytes(s.peak_reserved_bytes),
+        format_bytes(s.peak_live_bytes),
+        pct(s.fragmentation)
+    );
+    match &s.caching_model {
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "caching-allocator model ({} rules) on the recorded steps: peak reserved {}, peak live {}: fragmentation {}",
+                c.platform,
+                format_bytes(c.peak_reserved_bytes),
+                format_bytes(c.peak_live_bytes),
+                pct(c.fragmentation)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "caching-allocator model: no plan yet");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "backing reservations {} ({} in the last step); fallback allocations in the last serving step {} (most in one: {})",
+        s.backing_reservations,
+        s.backing_reservations_last_step,
+        s.fallback_allocations_last_step,
+        s.fallback_allocations_max_step
+    );
+    let e = &s.errors;
+    let _ = writeln!(
+        out,
+        "errors: unknown free {}, double free {}, size 0 {}, too large {}, out of memory {}, guard {}, step order {}, re-plan failed {}",
+        e.unknown_free,
+        e.double_free,
+        e.zero_size,
+        e.too_large,
+        e.out_of_memory,
+        e.guard_violations,
+        e.step_order,
+        e.replan_failed
+    );
+    out
+}
+
+/// The report JSON: the stats, the text and the plan's figures.
+pub fn json(a: &PlannedAllocator) -> Value {
+    let stats = a.stats();
+    let text = text(&stats, a.platform().name());
+    let plan = a.slab().map(|s| {
+        json!({
+            "steps": s.plan.steps,
+            "sites": s.plan.sites.len(),
+            "stream": s.plan.stream,
+            "slab_bytes": s.plan.slab_bytes,
+            "lower_bound": s.plan.lower_bound,
+            "union_lower_bound": s.plan.union_lower_bound,
+            "optimal": s.plan.optimal,
+            "placement_seconds": s.plan.placement_seconds,
+            "unplanned_sites": s.plan.sites.iter().filter(|x| x.unplanned.is_some()).count(),
+        })
+    });
+    json!({ "stats": stats, "plan": plan, "text": text })
+}
+
+/// A snapshot in the shape of `torch.cuda.memory._snapshot()`: the slab
+/// (and any retiring slab) as one segment each, the fallback's segments
+/// as the model lays them out, at their real addresses. Traces are not
+/// kept (`device_traces` holds one empty list).
+pub fn snapshot(a: &PlannedAllocator, device: i32) -> Value {
+    // Host memory has no device index; snapshot readers (torch's, the
+    // doctor) expect device 0.
+    let device = device.max(0);
+    let mut segments = Vec::new();
+    if let Some(slab) = a.slab() {
+        let mut blocks = Vec::new();
+        let mut at = slab.base;
+        let end = slab.base + slab.region_bytes;
+        let (mut allocated, mut requested) = (0u64, 0u64);
+        for (k, addr, size) in slab.live_blocks() {
+            if addr > at {
+                blocks.push(block(at, (addr - at) as u64, 0, "inactive"));
+            }
+            let slot = slab.plan.sites[k].slot;
+            blocks.push(block(addr, slot, size, "active_allocated"));
+            allocated += slot;
+            requested += size;
+            at = addr + slot as usize;
+        }
+        if end > at {
+            blocks.push(block(at, (end - at) as u64, 0, "inactive"));
+        }
+        segments.push(segment(
+            device,
+            slab.base,
+            slab.region_bytes as u64,
+            allocated,
+            requested,
+            "large",
+            blocks,
+        ));
+    }
+    for fallback in [a.fallback(), a.scratch()] {
+        fallback_segments(fallback, device, &mut segments);
+    }
+    for (addr, requested, bytes) in a.exact().regions() {
+        let b = vec![block(addr, bytes, requested, "active_allocated")];
+        segments.push(segment(device, addr, bytes, bytes, requested, "large", b));
+    }
+    json!({
+        "segments": segments,
+        "device_traces": [[]],
+        "allocator_settings": { "tensor_arena_planned_allocator": a.config() },
+    })
+}
+
+fn fallback_segments(fallback: &Fallback, device: i32, segments: &mut Vec<Value>) {
+    let requested: HashMap<usize, u64> = fallback.live().map(|(&addr, b)| (addr, b.size)).collect();
+    for (real, seg) in fallback.segments() {
+        let Some(start) = seg.blocks.first().map(|b| b.address) else {
+            continue;
+        };
+        let (mut allocated, mut req_total, mut total) = (0u64, 0u64, 0u64);
+        let mut blocks = Vec::new();
+        for b in &seg.blocks {
+            let addr = real + (b.address - start) as usize;
+            total += b.size;
+            match b.state {
+                BlockState::Allocated(_) => {
+                    let r = requested.get(&addr).copied().unwrap_or(b.size);
+                    allocated += b.size;
+                    req_total += r;
+                    blocks.push(block(addr, b.size, r, "active_allocated"));
+                }
+                BlockState::Free => blocks.push(block(addr, b.size, 0, "inactive")),
+                BlockState::Unmapped => {}
+            }
+        }
+        let pool = if seg.small { "small" } else { "large" };
+        segments.push(segment(
+            device, real, total, allocated, req_total, pool, blocks,
+        ));
+    }
+}
+
+fn block(addr: usize, size: u64, requested: u64, state: &str) -> Value {
+    json!({
+        "address": addr,
+        "size": size,
+        "requested_size": requested,
+        "state": state,
+        "frames": [],
+    })
+}
+
+fn segment(
+    device: i32,
+    addr: usize,
+    total: u64,
+    allocated: u64,
+    requested: u64,
+    pool: &str,
+    blocks: Vec<Value>,
+) -> Value {
+    json!({
+        "device": device,
+        "address": addr,
+        "total_size": total,
+        "allocated_size": allocated,
+        "active_size": allocated,
+        "requested_size": requested,
+        "stream": 0,
+        "segment_type": pool,
+        "segment_pool_id": [0, 0],
+        "is_expandable": false,
+        "frames": [],
+        "blocks": blocks,
+    })
+}

@@ -1,0 +1,139 @@
+//! The allocator's counters, as the stats JSON reports them (the key names
+//! are the C ABI's contract: docs/allocator.md).
+
+use serde::Serialize;
+
+/// Requests the plan did not serve inside serving steps, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Misses {
+    /// Larger than the site's recorded largest.
+    pub size: u64,
+    /// Beyond the recorded steps' request count.
+    pub order: u64,
+    /// A live block held some of the site's bytes.
+    pub overlap: u64,
+    /// On a stream other than the planned one.
+    pub stream: u64,
+    /// Made outside any step once the plan serves.
+    pub outside_step: u64,
+}
+
+impl Misses {
+    /// Misses a re-plan can cure (size, order, overlap).
+    pub fn curable(&self) -> u64 {
+        self.size + self.order + self.overlap
+    }
+}
+
+/// Bad input and failures, counted; the first of each kind is logged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ErrorCounts {
+    /// `free` of a pointer the allocator never gave.
+    pub unknown_free: u64,
+    /// `free` of a pointer already freed.
+    pub double_free: u64,
+    /// `alloc` of zero bytes (answered NULL).
+    pub zero_size: u64,
+    /// `alloc` of more bytes than the device has (answered NULL).
+    pub too_large: u64,
+    /// `alloc` for a device other than the configured one (answered NULL:
+    /// one allocator serves one device, as one rank does).
+    pub other_device: u64,
+    /// `alloc` that neither the plan nor the fallback could serve.
+    pub out_of_memory: u64,
+    /// Checked mode: guard bytes after a planned block were overwritten.
+    pub guard_violations: u64,
+    /// `step_begin` / `step_end` out of order.
+    pub step_order: u64,
+    /// A re-plan whose slab could not be reserved (the old plan stays).
+    pub replan_failed: u64,
+}
+
+/// The caching-allocator model's figures for the recorded steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ModelFigures {
+    /// Peak reserved bytes.
+    pub peak_reserved_bytes: u64,
+    /// Peak bytes of live requests.
+    pub peak_live_bytes: u64,
+    /// `1 - peak_live / peak_reserved`.
+    pub fragmentation: f64,
+    /// Which rules the model followed (`cuda` or `npu`).
+    pub platform: &'static str,
+}
+
+/// Everything the stats JSON holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// `warmup`, `recording` or `serving`.
+    pub phase: &'static str,
+    /// The backing (`host`, `cuda:0`, `ascend:0`).
+    pub backing: String,
+    /// Steps begun.
+    pub steps: u64,
+    /// Every request so far.
+    pub requests: u64,
+    /// Requests inside serving steps.
+    pub requests_after_warmup: u64,
+    /// Of those, served from the plan.
+    pub served_from_plan: u64,
+    /// `served_from_plan / requests_after_warmup` (1 when there were none).
+    pub served_share: f64,
+    /// Fallback allocations in the last serving step.
+    pub fallback_allocations_last_step: u64,
+    /// The most fallback allocations in one serving step.
+    pub fallback_allocations_max_step: u64,
+    /// Misses by reason.
+    pub misses: Misses,
+    /// Plans made after the first (re-plans).
+    pub replans: u64,
+    /// Plans made.
+    pub plans: u64,
+    /// Re-plans that produced the plan already serving (kept, nothing
+    /// reserved).
+    pub replans_unchanged: u64,
+    /// Requests the current plan serves per step (its sites).
+    pub plan_sites: u64,
+    /// Bytes of the current slab.
+    pub slab_bytes: u64,
+    /// The recorded steps' lower bound for what the slab serves.
+    pub lower_bound: u64,
+    /// `slab_bytes / lower_bound` (0 without a plan).
+    pub slab_ratio: f64,
+    /// Bytes the fallback holds.
+    pub fallback_reserved_bytes: u64,
+    /// Slab, retiring slabs and fallback now.
+    pub reserved_bytes: u64,
+    /// Peak of `reserved_bytes` over the steady steps of the current plan:
+    /// from the end of the first step it serves (that step still frees
+    /// what the recorded steps carried into it); since the start before a
+    /// plan.
+    pub peak_reserved_bytes: u64,
+    /// Peak bytes of live requests over the same period.
+    pub peak_live_bytes: u64,
+    /// `1 - peak_live / peak_reserved` over the same period.
+    pub fragmentation: f64,
+    /// Backing reservations (device allocation calls) so far.
+    pub backing_reservations: u64,
+    /// Backing reservations during the last step.
+    pub backing_reservations_last_step: u64,
+    /// The caching-allocator model on the recorded steps.
+    pub caching_model: Option<ModelFigures>,
+    /// Errors by kind.
+    pub errors: ErrorCounts,
+    /// Live blocks (planned and fallback).
+    pub live_blocks: u64,
+    /// Live blocks in slabs of earlier plans, waiting to be freed.
+    pub retiring_live_blocks: u64,
+    /// Whether checked mode is on.
+    pub checked: bool,
+}
+
+/// `1 - live / reserved`, 0 when nothing was reserved.
+pub fn fragmentation(live: u64, reserved: u64) -> f64 {
+    if reserved == 0 {
+        0.0
+    } else {
+        1.0 - live as f64 / reserved as f64
+    }
+}

@@ -1,0 +1,41 @@
+//! Shared helpers of the allocator's integration tests.
+#![allow(dead_code)]
+
+use tensor_arena_alloc::{Config, PlannedAllocator};
+
+/// A CPU allocator with the given policy keys (JSON object body).
+pub fn cpu(policy: &str) -> PlannedAllocator {
+    let json = format!(
+        r#"{{"backend": "cpu", "log_errors": false {}{policy}}}"#,
+        if policy.is_empty() { "" } else { "," }
+    );
+    PlannedAllocator::new(Config::from_json(&json).expect("test config")).expect("cpu backing")
+}
+
+/// One training-like step: `acts` activations of `act` bytes alive through
+/// the step, a temporary per activation, `grads` gradients allocated late
+/// and carried into the next step (the caller frees the previous step's
+/// first, as `zero_grad(set_to_none=True)` does).
+pub struct ToyStep {
+    pub acts: Vec<usize>,
+    pub grads: Vec<usize>,
+}
+
+pub fn toy_step(a: &mut PlannedAllocator, prev_grads: &mut Vec<usize>, act: usize, n: usize) {
+    a.step_begin().expect("begin");
+    for g in prev_grads.drain(..) {
+        a.free(g);
+    }
+    let mut acts = Vec::new();
+    for i in 0..n {
+        acts.push(a.alloc(act * (i % 3 + 1), 0, 0).expect("act"));
+        let t = a.alloc(act / 2 + 100, 0, 0).expect("tmp");
+        a.free(t);
+    }
+    // backward: grads appear while activations go
+    for (i, x) in acts.into_iter().enumerate().rev() {
+        prev_grads.push(a.alloc(4096 * (i + 1), 0, 0).expect("grad"));
+        a.free(x);
+    }
+    a.step_end().expect("end");
+}

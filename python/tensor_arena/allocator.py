@@ -1,0 +1,428 @@
+"""The planned allocator for unmodified PyTorch training loops.
+
+torch's own allocator slot (the pluggable allocator on CUDA and torch_npu, the
+CPU allocator through a small C++ extension) is served by the tensor-arena
+allocator library: the first steps are served by its caching fallback while
+every request is recorded, then the recorded steps are planned into one slab
+and every later step is served from it by request order, with the fallback
+taking whatever deviates from the recording (counted, by reason)::
+
+    import torch, tensor_arena as ta
+
+    alloc = ta.PlannedAllocator("cpu")      # or "cuda", "npu"; policy keywords below
+    alloc.install()                         # before the model is built
+    model, opt = build()
+    for batch in data:
+        with alloc.step():                  # or alloc.auto_step(): one step per optimizer.step()
+            loss = model(batch).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    print(alloc.summary())
+
+Without editing the script: ``python -m tensor_arena.run train.py`` (see
+:mod:`tensor_arena.run`). The library is one per process, so is the
+allocator object. See docs/python.md and docs/allocator.md.
+"""
+
+import contextlib
+import ctypes
+import json
+import math
+import os
+import pickle
+import weakref
+
+__all__ = [
+    "AllocatorError",
+    "BACKENDS",
+    "PlannedAllocator",
+    "library",
+    "library_path",
+]
+
+#: The devices a :class:`PlannedAllocator` can serve.
+BACKENDS = ("cpu", "cuda", "npu")
+
+# torch's default CPU allocator holds the slot at priority 0; ours overrides it.
+_CPU_PRIORITY = 1
+_LIBRARY = None
+_INSTANCE = None
+
+
+class AllocatorError(RuntimeError):
+    """The allocator library refused a call, or the allocator cannot be installed here."""
+
+
+def library_path():
+    """The shared library that exports the allocator's C ABI.
+
+    ``$TENSOR_ARENA_ALLOC_LIB`` when set (for instance the standalone
+    ``target/release/libtensor_arena_alloc.so``), else the package's own native
+    module, which links the same crate and exports the same symbols.
+    """
+    env = os.environ.get("TENSOR_ARENA_ALLOC_LIB")
+    if env:
+        if not os.path.isfile(env):
+            raise AllocatorError(f"TENSOR_ARENA_ALLOC_LIB={env} is not a file")
+        return env
+    from . import _native
+
+    return _native.__file__
+
+
+class _Library:
+    """The C ABI through ctypes: typed functions and the JSON getters."""
+
+    _JSON = ("stats_json", "report_json", "snapshot_json", "last_error")
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self.dll = ctypes.CDLL(path)
+        except OSError as e:
+            raise AllocatorError(f"cannot load the allocator library {path}: {e}") from None
+        c = ctypes
+        sigs = {
+            "tensor_arena_alloc": ([c.c_size_t, c.c_int, c.c_void_p], c.c_void_p),
+            "tensor_arena_free": ([c.c_void_p, c.c_size_t, c.c_int, c.c_void_p], None),
+            "tensor_arena_configure": ([c.c_char_p], c.c_int),
+            "tensor_arena_step_begin": ([], c.c_int),
+            "tensor_arena_step_end": ([], c.c_int),
+            "tensor_arena_reset": ([], c.c_int),
+        }
+        for name in self._JSON:
+            sigs[f"tensor_arena_{name}"] = ([c.c_char_p, c.c_size_t], c.c_size_t)
+        for name, (args, res) in sigs.items():
+            try:
+                fn = getattr(self.dll, name)
+            except AttributeError:
+                raise AllocatorError(
+                    f"{path} does not export {name}: not the tensor-arena allocator library"
+                ) from None
+            fn.argtypes, fn.restype = args, res
+
+    def address(self, name):
+        """The address of an exported function, for C callers (torch, the CPU extension)."""
+        return ctypes.cast(getattr(self.dll, f"tensor_arena_{name}"), ctypes.c_void_p).value
+
+    def text(self, name):
+        fn = getattr(self.dll, f"tensor_arena_{name}")
+        need = fn(None, 0)
+        while True:
+            buf = ctypes.create_string_buffer(need + 1)
+            got = fn(buf, need + 1)
+            if got <= need:
+                return buf.value.decode("utf-8", "replace")
+            need = got  # it grew between the calls
+
+    def json(self, name):
+        value = json.loads(self.text(name))
+        if not value:
+            # The library answers {} when it could not make its allocator (a backing that
+            # did not load, say); its last error says why.
+            raise AllocatorError(
+                f"tensor_arena_{name}: the allocator library has no allocator: "
+                f"{self.text('last_error') or 'no message'}"
+            )
+        return value
+
+    def check(self, rc, what):
+        if rc < 0:
+            raise AllocatorError(f"{what}: {self.text('last_error') or 'no message'}")
+        return rc
+
+
+def library():
+    """The process's allocator library (loaded once; see :func:`library_path`)."""
+    global _LIBRARY
+    if _LIBRARY is None:
+        _LIBRARY = _Library(library_path())
+    return _LIBRARY
+
+
+def _backend(device):
+    """``"cuda:1"`` -> ``("cuda", 1)``; ``"cuda"`` -> ``("cuda", None)``."""
+    name = str(device)
+    kind, colon, index = name.partition(":")
+    if kind not in BACKENDS or (colon and not index.isdigit()) or (kind == "cpu" and index not in ("", "0")):
+        raise ValueError(
+            f"device must be one of {', '.join(BACKENDS)} (with an index for cuda and npu), not {name!r}"
+        )
+    return kind, (int(index) if colon and kind != "cpu" else None)
+
+
+def _mib(n):
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _percent_floor(share):
+    # Floored so that 100% means every request, never a rounded 99.996%.
+    return f"{math.floor(share * 10000) / 100:.2f}%"
+
+
+class PlannedAllocator:
+    """torch's allocator for ``device`` served by the planned allocator library.
+
+    ``device``: ``"cpu"``, ``"cuda"`` or ``"npu"``. The library serves one
+    device per process (a rank): ``"cuda:1"`` names it, a bare ``"cuda"``
+    takes the device of the first request (torch passes its current device);
+    requests for another device get NULL and are counted. ``policy`` keywords go to ``tensor_arena_configure`` as they are:
+    ``warmup_steps`` (default 1: the first step, where the optimizer creates
+    its state, is not planned), ``record_steps`` (2), ``replan_miss_steps``
+    (2), ``recent_steps`` (4), ``checked`` (default ``TENSOR_ARENA_CHECKED=1``)
+    and ``platform`` (``"cuda"`` or ``"npu"``: the fallback's rounding). The
+    library refuses unknown keys; the error names them.
+
+    One per process: the library and torch's allocator slot are global.
+    """
+
+    def __init__(self, device="cpu", **policy):
+        global _INSTANCE
+        self.device, self.index = _backend(device)
+        if _INSTANCE is not None:
+            raise AllocatorError(
+                f"a PlannedAllocator({_INSTANCE.device!r}) exists in this process already: "
+                "the allocator library is configured once per process"
+            )
+        self._lib = library()
+        config = {"backend": self.device, **policy}
+        if self.index is not None:
+            config["device"] = self.index
+        try:
+            text = json.dumps(config)
+        except TypeError as e:
+            raise ValueError(f"policy values must be JSON numbers, strings or booleans: {e}") from None
+        self._lib.check(
+            self._lib.dll.tensor_arena_configure(text.encode()),
+            f"tensor_arena_configure({text})",
+        )
+        self.policy = dict(policy)
+        self._installed = False
+        self._pluggable = None
+        self._in_step = False
+        self._hook = None
+        self._pacer = None
+        _INSTANCE = self
+
+    # ---- installing -----------------------------------------------------------------
+
+    @property
+    def library_path(self):
+        """The shared library torch calls (``so_path`` of the pluggable allocator)."""
+        return self._lib.path
+
+    @property
+    def installed(self):
+        """Whether torch's allocator slot for the device is served by this allocator."""
+        if self.device == "cpu" and self._installed:
+            from . import _cpu_extension
+
+            return bool(_cpu_extension.load().tensor_arena_cpu_installed())
+        return self._installed
+
+    def install(self):
+        """Makes the allocator torch's allocator for the device; returns ``self``.
+
+        CUDA and NPU: ``CUDAPluggableAllocator`` / ``NPUPluggableAllocator`` on
+        the library, then ``change_current_allocator``; torch allows that only
+        before the device's first allocation. CPU: the C++ extension (built at
+        first use against the installed torch) takes torch's CPU allocator
+        slot; tensors allocated before keep torch's own deleter.
+        """
+        if self._installed:
+            return self
+        path = self._lib.path
+        if self.device == "cpu":
+            import torch  # noqa: F401  (the extension links torch's libc10)
+
+            from . import _cpu_extension
+
+            ext = _cpu_extension.load()
+            rc = ext.tensor_arena_cpu_install(
+                self._lib.address("alloc"),
+                self._lib.address("free"),
+                self._lib.address("last_error"),
+                _CPU_PRIORITY,
+            )
+            if rc != 0:
+                raise AllocatorError(
+                    "torch's CPU allocator slot is held by an allocator registered at a "
+                    f"priority above {_CPU_PRIORITY}; the planned allocator was not installed"
+                )
+        elif self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise AllocatorError("PlannedAllocator('cuda'): torch sees no CUDA device")
+            pluggable = torch.cuda.memory.CUDAPluggableAllocator(
+                path, "tensor_arena_alloc", "tensor_arena_free"
+            )
+            torch.cuda.memory.change_current_allocator(pluggable)
+            self._pluggable = pluggable
+        else:
+            try:
+                import torch
+                import torch_npu
+            except ImportError as e:
+                raise AllocatorError(f"PlannedAllocator('npu') needs torch_npu: {e}") from None
+            if not torch.npu.is_available():
+                raise AllocatorError("PlannedAllocator('npu'): torch_npu sees no NPU")
+            # Defined in torch_npu/npu/memory.py (also exported as torch_npu.npu.NPUPluggableAllocator).
+            pluggable = torch_npu.npu.memory.NPUPluggableAllocator(
+                path, "tensor_arena_alloc", "tensor_arena_free"
+            )
+            torch_npu.npu.memory.change_current_allocator(pluggable)
+            self._pluggable = pluggable
+        self._installed = True
+        return self
+
+    def uninstall(self):
+        """CPU only: gives torch's CPU allocator slot back to torch's default allocator.
+
+        Blocks the planned allocator handed out stay valid and are freed
+        through it. CUDA and torch_npu cannot change their allocator after the
+        first allocation, so there is no uninstall there.
+        """
+        if self.device != "cpu":
+            raise AllocatorError(
+                f"torch cannot change the {self.device} allocator after its first allocation"
+            )
+        if not self._installed:
+            return
+        from . import _cpu_extension
+
+        if _cpu_extension.load().tensor_arena_cpu_uninstall(_CPU_PRIORITY) != 0:
+            raise AllocatorError("torch's CPU allocator slot no longer holds the planned allocator")
+        self._installed = False
+
+    # ---- steps ----------------------------------------------------------------------
+
+    def begin_step(self):
+        """Marks the start of a training step (``tensor_arena_step_begin``)."""
+        if self._in_step:
+            raise AllocatorError("begin_step: a step is open already; end it first")
+        self._lib.check(self._lib.dll.tensor_arena_step_begin(), "tensor_arena_step_begin")
+        self._in_step = True
+
+    def end_step(self):
+        """Marks its end (``tensor_arena_step_end``): recording, planning and re-planning happen here."""
+        if not self._in_step:
+            raise AllocatorError("end_step: no step is open")
+        self._in_step = False
+        self._lib.check(self._lib.dll.tensor_arena_step_end(), "tensor_arena_step_end")
+
+    @contextlib.contextmanager
+    def step(self):
+        """One training step: ``with alloc.step(): ...`` (ended also when the body raises)."""
+        if self._hook is not None:
+            raise AllocatorError("auto_step() marks the steps already; do not nest alloc.step()")
+        self.begin_step()
+        try:
+            yield self
+        finally:
+            self.end_step()
+
+    def auto_step(self):
+        """Marks steps without editing the loop: a step ends after each ``optimizer.step()``.
+
+        Opens a step now and registers a global optimizer step post-hook
+        (``torch.optim.optimizer.register_optimizer_step_post_hook``) that ends
+        it and opens the next one. With several optimizers, the first one that
+        steps paces the boundaries. Returns the hook's handle; ``remove()`` it
+        (or call :meth:`stop_auto_step`) to stop.
+        """
+        if self._hook is not None:
+            return self._hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        if not self._in_step:
+            self.begin_step()
+        this = weakref.ref(self)
+
+        def boundary(optimizer, args, kwargs):
+            alloc = this()
+            if alloc is None:
+                return
+            pacer = alloc._pacer() if alloc._pacer is not None else None
+            if pacer is None:
+                alloc._pacer = weakref.ref(optimizer)
+            elif pacer is not optimizer:
+                return
+            alloc.end_step()
+            alloc.begin_step()
+
+        self._hook = register_optimizer_step_post_hook(boundary)
+        return self._hook
+
+    def stop_auto_step(self, end=True):
+        """Removes the :meth:`auto_step` hook; ``end`` also ends the open step."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+            self._pacer = None
+        if end and self._in_step:
+            self.end_step()
+
+    # ---- figures --------------------------------------------------------------------
+
+    def stats(self):
+        """The library's stats (``tensor_arena_stats_json``) as a dict; keys in docs/allocator.md."""
+        return self._lib.json("stats_json")
+
+    def report_json(self):
+        """The report (``tensor_arena_report_json``): stats, the caching-model comparison, ``text``."""
+        return self._lib.json("report_json")
+
+    def report(self):
+        """The text report: requests, the share served from the plan, misses by reason, the
+        slab against the recorded steps' lower bound, the fallback, and fragmentation beside
+        the caching allocator model's for the same steps."""
+        return self.report_json()["text"]
+
+    def snapshot(self):
+        """A ``torch.cuda.memory._snapshot()``-shaped dict (``segments``, ``device_traces``),
+        for ``tensor_arena.replay`` and ``torch.cuda._memory_viz``."""
+        return self._lib.json("snapshot_json")
+
+    def dump_snapshot(self, path):
+        """Writes :meth:`snapshot` as a pickle, as ``torch.cuda.memory._dump_snapshot`` does."""
+        with open(path, "wb") as f:
+            pickle.dump(self.snapshot(), f, protocol=4)
+
+    def last_error(self):
+        """The library's last error message ("" when none)."""
+        return self._lib.text("last_error")
+
+    def reset(self):
+        """Drops plans, slabs and fallback caches; returns the live blocks found (counted as leaked).
+
+        Only between steps, and only when nothing allocated by the library is
+        still in use by the program.
+        """
+        if self._in_step:
+            raise AllocatorError("reset: a step is open; end it first")
+        return self._lib.check(self._lib.dll.tensor_arena_reset(), "tensor_arena_reset")
+
+    def summary(self, stats=None):
+        """Two lines: the share served from the plan, fallback allocations per step and the
+        slab against the lower bound; then fragmentation beside the caching model's."""
+        s = self.stats() if stats is None else stats
+        cm = s["caching_model"]
+        first = (
+            f"served from the plan: {_percent_floor(s['served_share'])} of "
+            f"{s['requests_after_warmup']} requests after warm-up; "
+            f"fallback allocations per step: {s['fallback_allocations_max_step']}; "
+            f"slab {_mib(s['slab_bytes'])} = {s['slab_ratio']:.4f} x lower bound"
+        )
+        second = (
+            f"fragmentation: {s['fragmentation'] * 100:.2f}% planned "
+            f"(peak reserved {_mib(s['peak_reserved_bytes'])}, peak live {_mib(s['peak_live_bytes'])}) "
+            f"vs {cm['fragmentation'] * 100:.2f}% for the caching allocator model of the same steps "
+            f"(peak reserved {_mib(cm['peak_reserved_bytes'])})"
+        )
+        return f"{first}\n{second}"
+
+    def __repr__(self):
+        state = "installed" if self._installed else "not installed"
+        return f"PlannedAllocator({self.device!r}, {state}, library={self._lib.path!r})"
