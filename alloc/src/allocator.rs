@@ -833,6 +833,9 @@ impl PlannedAllocator {
 /// comparison's).
 pub fn caching_config(platform: Platform) -> CachingConfig {
     match platform {
-        Platform::Npu | Platform::Cuda => CachingConfig::default(),
+        // torch_npu's NPUCachingAllocator: the 32-byte ACL pad, then 512.
+        Platform::Npu => CachingConfig::npu(),
+        // PyTorch's CUDACachingAllocator: 512-byte rounding, no pad.
+        Platform::Cuda => CachingConfig::cuda(),
     }
 }

@@ -46,6 +46,7 @@ pub struct SizeClass {
 }
 
 /// Free blocks of `sizes` by size class, the classes that hold any.
+#[cfg(feature = "pickle")]
 pub(super) fn size_classes(sizes: impl Iterator<Item = u64>) -> Vec<SizeClass> {
     let mut classes: Vec<SizeClass> = (0..=CLASS_ENDS.len())
         .map(|k| SizeClass {
