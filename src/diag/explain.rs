@@ -45,17 +45,22 @@ pub struct SizeClass {
     pub bytes: u64,
 }
 
-/// Free blocks of `sizes` by size class, the classes that hold any.
-#[cfg(feature = "pickle")]
-pub(super) fn size_classes(sizes: impl Iterator<Item = u64>) -> Vec<SizeClass> {
-    let mut classes: Vec<SizeClass> = (0..=CLASS_ENDS.len())
+/// Every size class, empty.
+fn empty_classes() -> Vec<SizeClass> {
+    (0..=CLASS_ENDS.len())
         .map(|k| SizeClass {
             min: if k == 0 { 0 } else { CLASS_ENDS[k - 1] },
             max: CLASS_ENDS.get(k).copied(),
             blocks: 0,
             bytes: 0,
         })
-        .collect();
+        .collect()
+}
+
+/// Free blocks of `sizes` by size class, the classes that hold any.
+#[cfg(feature = "pickle")]
+pub(super) fn size_classes(sizes: impl Iterator<Item = u64>) -> Vec<SizeClass> {
+    let mut classes = empty_classes();
     for size in sizes {
         let k = CLASS_ENDS.partition_point(|&end| end <= size);
         classes[k].blocks += 1;
@@ -265,14 +270,7 @@ fn explain_state(
     let stats = model.stats();
     let segments = model.segments();
     let mut parts = Parts::default();
-    let mut classes: Vec<SizeClass> = (0..=CLASS_ENDS.len())
-        .map(|k| SizeClass {
-            min: if k == 0 { 0 } else { CLASS_ENDS[k - 1] },
-            max: CLASS_ENDS.get(k).copied(),
-            blocks: 0,
-            bytes: 0,
-        })
-        .collect();
+    let mut classes = empty_classes();
     let mut largest_on_stream = 0;
     let mut by_site: HashMap<&str, SiteShare> = HashMap::new();
     for seg in &segments {

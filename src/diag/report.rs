@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::capacity::{CapacityScan, DEFAULT_WINDOW, capacity_scan};
 use super::configure::Configured;
-use super::explain::{Explanation, Moment, Request, explain_at};
+use super::explain::{Explanation, Moment, Request, SizeClass, explain_at};
 use super::replay::{ModelReplay, Sample, downsample, replay_model};
 use super::sweep::{Recommendation, SweepOptions, SweepRow, sweep_on};
 use super::trace::{RecordedState, SnapshotInfo, Trace};
@@ -537,20 +537,7 @@ fn write_state(f: &mut fmt::Formatter<'_>, s: &RecordedState, title: &str) -> fm
         b(s.free),
         b(s.largest_free_block)
     )?;
-    if !s.free_by_size.is_empty() {
-        let classes: Vec<String> = s
-            .free_by_size
-            .iter()
-            .map(|c| {
-                let range = match c.max {
-                    Some(max) => format!("{}-{}", b(c.min), b(max)),
-                    None => format!(">= {}", b(c.min)),
-                };
-                format!("{range}: {} in {}", b(c.bytes), c.blocks)
-            })
-            .collect();
-        writeln!(f, "    free blocks by size: {}", classes.join("; "))?;
-    }
+    write_free_by_size(f, &s.free_by_size)?;
     if s.streams.len() > 1 {
         for st in &s.streams {
             writeln!(
@@ -566,6 +553,25 @@ fn write_state(f: &mut fmt::Formatter<'_>, s: &RecordedState, title: &str) -> fm
         }
     }
     Ok(())
+}
+
+/// The `free blocks by size` line, when any class holds blocks.
+fn write_free_by_size(f: &mut fmt::Formatter<'_>, classes: &[SizeClass]) -> fmt::Result {
+    if classes.is_empty() {
+        return Ok(());
+    }
+    let b = format_bytes;
+    let parts: Vec<String> = classes
+        .iter()
+        .map(|c| {
+            let range = match c.max {
+                Some(max) => format!("{}-{}", b(c.min), b(max)),
+                None => format!(">= {}", b(c.min)),
+            };
+            format!("{range}: {} in {}", b(c.bytes), c.blocks)
+        })
+        .collect();
+    writeln!(f, "    free blocks by size: {}", parts.join("; "))
 }
 
 fn write_comparison(f: &mut fmt::Formatter<'_>, r: &RecordedComparison) -> fmt::Result {
@@ -679,20 +685,7 @@ fn write_explanation(f: &mut fmt::Formatter<'_>, e: &Explanation) -> fmt::Result
         b(e.largest_free_block),
         b(e.largest_free_block_on_stream)
     )?;
-    if !e.free_by_size.is_empty() {
-        let classes: Vec<String> = e
-            .free_by_size
-            .iter()
-            .map(|c| {
-                let range = match c.max {
-                    Some(max) => format!("{}-{}", b(c.min), b(max)),
-                    None => format!(">= {}", b(c.min)),
-                };
-                format!("{range}: {} in {}", b(c.bytes), c.blocks)
-            })
-            .collect();
-        writeln!(f, "    free blocks by size: {}", classes.join("; "))?;
-    }
+    write_free_by_size(f, &e.free_by_size)?;
     for s in &e.sites {
         writeln!(
             f,
