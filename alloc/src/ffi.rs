@@ -12,7 +12,8 @@ use crate::config::Config;
 use crate::report;
 
 /// The environment variable holding the configuration JSON used when
-/// `tensor_arena_configure` was never called.
+/// `tensor_arena_configure` was never called. With neither, every call
+/// fails (NULL, -1) and says so in `tensor_arena_last_error`.
 pub const CONFIG_ENV: &str = "TENSOR_ARENA_ALLOC_CONFIG";
 
 struct Global {
@@ -44,9 +45,17 @@ impl Global {
     /// request's) unless the configuration names one.
     fn allocator_for(&mut self, device: Option<i32>) -> Option<&mut PlannedAllocator> {
         if self.allocator.is_none() {
-            let config = match self.config.clone() {
-                Some(c) => Ok(c),
-                None => Config::from_json(&std::env::var(CONFIG_ENV).unwrap_or_default()),
+            // Unconfigured, the library serves nothing: host pages handed to
+            // a CUDA or NPU tensor would be a crash, not a fallback.
+            let config = match (self.config.clone(), std::env::var(CONFIG_ENV)) {
+                (Some(c), _) => Ok(c),
+                (None, Ok(text)) => Config::from_json(&text),
+                (None, Err(_)) => Err(crate::Error::Config {
+                    config: String::new(),
+                    reason: format!(
+                        "the allocator is not configured: call tensor_arena_configure with at least {{\"backend\": \"cpu\" | \"cuda\" | \"npu\"}}, or set {CONFIG_ENV} to that JSON before the first allocation"
+                    ),
+                }),
             };
             let config = config.map(|mut c| {
                 c.device = c.device.or(device.filter(|&d| d >= 0));
