@@ -9,20 +9,25 @@ use tensor_arena::arena::{GUARD_BYTE, POISON_BYTE};
 use tensor_arena::caching::CachingConfig;
 
 use crate::backing::{self, Backing};
+use crate::comparison::Comparison;
 use crate::config::{Config, Platform};
 use crate::error::{Error, Result};
 use crate::exact::ExactPool;
 use crate::fallback::Fallback;
-use crate::record::{FreedAt, Origin, Records};
-use crate::shadow::Shadow;
+use crate::metered::Metered;
+use crate::record::{FreedAt, Origin, Records, StepRecord};
 use crate::site_plan::{self, GUARD};
 use crate::slab::{PlannedSlab, Refusal};
-use crate::stats::{ErrorCounts, Misses, ModelFigures, Stats, fragmentation};
+use crate::stats::{ErrorCounts, Misses, PlanWindow, Stats, fragmentation};
 use crate::trace::TraceWriter;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
 const PLACEMENT_TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// The most recorded steps a plan is made from (the recent ones and the
+/// largest of those earlier plans were made from).
+const MAX_PLAN_STEPS: usize = 8;
 
 /// The largest re-plan back-off: at most this many consecutive missing
 /// steps are waited for before re-planning again.
@@ -86,7 +91,8 @@ pub struct PlannedAllocator {
     config: Config,
     platform: Platform,
     checked: bool,
-    backing: Box<dyn Backing>,
+    /// The backing, its regions counted (reserved bytes and their peak).
+    backing: Metered,
     /// Requests outside steps, kept ones and misses.
     fallback: Fallback,
     /// In-step requests before the first plan: its cache served the warm-up
@@ -96,9 +102,12 @@ pub struct PlannedAllocator {
     scratch: Fallback,
     /// In-step requests of warm-up steps, one region each.
     exact: ExactPool,
-    /// The caching model beside them until the first plan.
-    shadow: Option<Shadow>,
+    /// The caching-allocator models fed with every request of the run.
+    comparison: Comparison,
     records: Records,
+    /// The steps the serving plan was made from: a re-plan keeps what they
+    /// needed.
+    basis: Vec<StepRecord>,
     phase: Phase,
     /// Steps begun; the current (or last) step's number.
     step: u64,
@@ -112,7 +121,6 @@ pub struct PlannedAllocator {
     streams: HashMap<usize, u32>,
     /// Live bytes of blocks allocated outside steps.
     counters: Counters,
-    caching_model: Option<ModelFigures>,
     miss_streak: u32,
     clean_streak: u32,
     /// The step after which the peaks restart (the first a plan serves).
@@ -136,8 +144,11 @@ struct Counters {
     misses_at_step_start: u64,
     plans: u64,
     live_bytes: u64,
+    /// Over the whole run.
     peak_live: u64,
-    peak_reserved: u64,
+    /// Over the current plan's steady steps.
+    plan_peak_live: u64,
+    plan_peak_reserved: u64,
     reservations_at_step_start: u64,
     reservations_last_step: u64,
     errors: ErrorCounts,
@@ -169,9 +180,10 @@ impl PlannedAllocator {
         PlannedAllocator {
             fallback: Fallback::new(caching_config(platform)),
             scratch: Fallback::new(caching_config(platform)),
-            shadow: Some(Shadow::new(caching_config(platform))),
+            comparison: Comparison::new(caching_config(platform), platform.name()),
             exact: ExactPool::default(),
             records: Records::new(keep),
+            basis: Vec::new(),
             phase: if config.warmup_steps == 0 {
                 Phase::Recording
             } else {
@@ -180,7 +192,7 @@ impl PlannedAllocator {
             config,
             platform,
             checked,
-            backing,
+            backing: Metered::new(backing),
             step: 0,
             in_step: false,
             clock: 0,
@@ -188,7 +200,6 @@ impl PlannedAllocator {
             retiring: Vec::new(),
             streams: HashMap::new(),
             counters: Counters::default(),
-            caching_model: None,
             miss_streak: 0,
             clean_streak: 0,
             restart_peaks_at: 0,
@@ -267,16 +278,18 @@ impl PlannedAllocator {
             self.counters.requests_serving += 1;
             if let Some(addr) = self.serve_planned(origin, size64, stream) {
                 self.counters.served += 1;
+                self.comparison.alloc(addr, size64, stream);
                 // The slab is reserved already: only the live bytes move.
                 let c = &mut self.counters;
                 c.live_bytes += size64;
                 c.peak_live = c.peak_live.max(c.live_bytes);
+                c.plan_peak_live = c.plan_peak_live.max(c.live_bytes);
                 return Some(addr);
             }
         } else if serving {
             self.counters.misses.outside_step += 1;
         }
-        let backing = self.backing.as_mut();
+        let backing = &mut self.backing;
         // Before the first plan, what may live on (weights, optimizer
         // state, data) gets exact regions; the recorded steps' temporaries a
         // scratch pool that goes back once the slab serves them.
@@ -293,9 +306,7 @@ impl PlannedAllocator {
         };
         match got {
             Some(addr) => {
-                if let Some(shadow) = self.shadow.as_mut() {
-                    shadow.alloc(addr, size64, stream);
-                }
+                self.comparison.alloc(addr, size64, stream);
                 if serving && self.in_step {
                     self.counters.fallback_this_step += 1;
                 }
@@ -327,16 +338,14 @@ impl PlannedAllocator {
         }
         let at = self.now();
         let checked = self.checked;
-        if let Some(shadow) = self.shadow.as_mut() {
-            shadow.free(addr);
-        }
+        self.comparison.free(addr);
         if let Some(slab) = self.slab.as_mut().filter(|s| s.contains(addr)) {
-            if let Some((k, step, size)) = slab.free(addr) {
-                let site = slab.plan.sites[k];
-                self.records.freed(Origin { step, k: k as u32 }, at);
-                self.counters.live_bytes -= size;
-                if checked {
-                    self.check_and_poison(addr, size, site.slot);
+            if let Some(block) = slab.free(addr) {
+                let slot = block.site.map(|k| slab.plan.sites[k].slot);
+                self.records.freed(block.origin, at);
+                self.counters.live_bytes -= block.size;
+                if let (true, Some(slot)) = (checked, slot) {
+                    self.check_and_poison(addr, block.size, slot);
                 }
             } else {
                 self.error(Kind::DoubleFree, || {
@@ -349,12 +358,12 @@ impl PlannedAllocator {
         }
         if let Some(i) = self.retiring.iter().position(|s| s.contains(addr)) {
             match self.retiring[i].free(addr) {
-                Some((k, step, size)) => {
-                    let slot = self.retiring[i].plan.sites[k].slot;
-                    self.records.freed(Origin { step, k: k as u32 }, at);
-                    self.counters.live_bytes -= size;
-                    if checked {
-                        self.check_and_poison(addr, size, slot);
+                Some(block) => {
+                    let slot = block.site.map(|k| self.retiring[i].plan.sites[k].slot);
+                    self.records.freed(block.origin, at);
+                    self.counters.live_bytes -= block.size;
+                    if let (true, Some(slot)) = (checked, slot) {
+                        self.check_and_poison(addr, block.size, slot);
                     }
                     if self.retiring[i].live_count() == 0 {
                         let old = self.retiring.swap_remove(i);
@@ -367,7 +376,7 @@ impl PlannedAllocator {
             }
             return;
         }
-        let backing = self.backing.as_mut();
+        let backing = &mut self.backing;
         let freed = match self.fallback.free(backing, addr) {
             Some(block) => Some((block.size, block.origin)),
             None => match self.scratch.free(backing, addr) {
@@ -414,10 +423,8 @@ impl PlannedAllocator {
         self.clock = 0;
         let expected = self.records.latest_len();
         self.records.begin(self.step, expected);
-        if self.phase == Phase::Recording
-            && let Some(shadow) = self.shadow.as_mut()
-        {
-            shadow.start_recording();
+        if let Some(slab) = self.slab.as_mut() {
+            slab.begin_step();
         }
         self.counters.fallback_this_step = 0;
         self.counters.misses_at_step_start = self.counters.misses.curable();
@@ -440,6 +447,7 @@ impl PlannedAllocator {
             t.event("step_end", 0, 0, 0);
             t.flush();
         }
+        self.comparison.hand_over();
         let c = &mut self.counters;
         c.reservations_last_step = self.backing.reservations() - c.reservations_at_step_start;
         let warmup = u64::from(self.config.warmup_steps);
@@ -477,11 +485,11 @@ impl PlannedAllocator {
                 // Carried fallback blocks of the recorded steps are freed by
                 // now: what they pinned of the scratch cache goes back.
                 if self.scratch.reserved_bytes() > 0 {
-                    self.scratch.release_cached(self.backing.as_mut());
+                    self.scratch.release_cached(&mut self.backing);
                 }
                 if self.step == self.restart_peaks_at {
-                    self.counters.peak_live = self.counters.live_bytes;
-                    self.counters.peak_reserved = self.reserved_now();
+                    self.counters.plan_peak_live = self.counters.live_bytes;
+                    self.counters.plan_peak_reserved = self.backing.current();
                 }
                 let wait = self.config.replan_miss_steps.max(self.replan_wait);
                 if self.miss_streak >= wait {
@@ -489,7 +497,7 @@ impl PlannedAllocator {
                     // program that never repeats itself).
                     self.replan_wait = (wait * 2).min(MAX_REPLAN_WAIT);
                     self.miss_streak = 0;
-                    self.plan(self.config.recent_steps as usize);
+                    self.replan();
                 } else if self.clean_streak >= 2 * wait {
                     // Long enough without misses: the next ones are new.
                     self.replan_wait = self.config.replan_miss_steps;
@@ -507,11 +515,12 @@ impl PlannedAllocator {
         for slab in self.slab.take().into_iter().chain(self.retiring.drain(..)) {
             self.backing.release(slab.base);
         }
-        self.fallback.clear(self.backing.as_mut());
-        self.scratch.clear(self.backing.as_mut());
-        self.exact.clear(self.backing.as_mut());
+        self.fallback.clear(&mut self.backing);
+        self.scratch.clear(&mut self.backing);
+        self.exact.clear(&mut self.backing);
         let config = self.config.clone();
-        let backing = std::mem::replace(&mut self.backing, Box::new(backing::host_backing()));
+        let placeholder = Metered::new(Box::new(backing::host_backing()));
+        let backing = std::mem::replace(&mut self.backing, placeholder).into_inner();
         let trace = self.trace.take();
         *self = PlannedAllocator::with_backing(config, backing);
         self.trace = trace;
@@ -533,6 +542,7 @@ impl PlannedAllocator {
 
     /// The counters, as the stats JSON reports them.
     pub fn stats(&self) -> Stats {
+        let models = self.comparison.figures();
         let c = &self.counters;
         let (slab_bytes, lower_bound, sites) = self.slab.as_ref().map_or((0, 0, 0), |s| {
             (
@@ -568,13 +578,23 @@ impl PlannedAllocator {
             },
             fallback_reserved_bytes: self.fallback_reserved(),
             replans_unchanged: self.replans_unchanged,
-            reserved_bytes: self.reserved_now(),
-            peak_reserved_bytes: c.peak_reserved,
+            reserved_bytes: self.backing.current(),
+            region_bytes: self.slab.as_ref().map_or(0, |s| s.region_bytes as u64),
+            peak_reserved_bytes: self.backing.peak(),
             peak_live_bytes: c.peak_live,
-            fragmentation: fragmentation(c.peak_live, c.peak_reserved),
+            fragmentation: fragmentation(c.peak_live, self.backing.peak()),
+            current_plan: (self.slab.is_some() && self.step >= self.restart_peaks_at).then(|| {
+                PlanWindow {
+                    since_step: self.restart_peaks_at + 1,
+                    peak_reserved_bytes: c.plan_peak_reserved,
+                    peak_live_bytes: c.plan_peak_live,
+                    fragmentation: fragmentation(c.plan_peak_live, c.plan_peak_reserved),
+                }
+            }),
             backing_reservations: self.backing.reservations(),
             backing_reservations_last_step: c.reservations_last_step,
-            caching_model: self.caching_model,
+            caching_model: models[0],
+            expandable_model: models[1],
             errors: c.errors,
             live_blocks: self.live_blocks() as u64,
             retiring_live_blocks: self.retiring.iter().map(|s| s.live_count() as u64).sum(),
@@ -628,10 +648,12 @@ impl PlannedAllocator {
             self.counters.misses.stream += 1;
             return None;
         }
-        match slab.serve(origin.k as usize, size, origin.step) {
+        match slab.serve(origin, size, stream) {
             Ok(addr) => {
                 if self.checked {
-                    let slot = slab.plan.sites[origin.k as usize].slot;
+                    let slot = slab
+                        .live_site_at(addr)
+                        .map_or(GUARD, |k| slab.plan.sites[k].slot);
                     let guard_at = addr + (slot - GUARD) as usize;
                     if self
                         .backing
@@ -661,15 +683,52 @@ impl PlannedAllocator {
         }
     }
 
-    /// Plans from the last `n` recorded steps, reserves the slab and
-    /// serves from the next step on.
-    fn plan(&mut self, n: usize) {
-        let steps: Vec<_> = self.records.last(n).collect();
-        let pad = self.platform.pad() as u64;
-        let plan = site_plan::plan(&steps, self.step, pad, self.checked, PLACEMENT_TIME_LIMIT);
-        if let Some(shadow) = self.shadow.take() {
-            self.caching_model = Some(shadow.figures(self.platform.name()));
+    /// Re-plans from the recent steps (the missing one included) and the
+    /// steps the serving plan was made from, so that a plan never shrinks
+    /// below what the steps it served needed: a loop whose shapes come from
+    /// a set keeps them all.
+    fn replan(&mut self) {
+        let recent: Vec<StepRecord> = self
+            .records
+            .last(self.config.recent_steps as usize)
+            .cloned()
+            .collect();
+        let mut steps: Vec<StepRecord> = Vec::with_capacity(MAX_PLAN_STEPS);
+        // The recent steps first, newest first, then the basis by bytes.
+        for rec in recent.iter().rev() {
+            if steps.len() < MAX_PLAN_STEPS {
+                steps.push(rec.clone());
+            }
         }
+        let mut basis = std::mem::take(&mut self.basis);
+        basis.sort_by_key(|r| std::cmp::Reverse(step_bytes(r)));
+        for rec in basis {
+            if steps.len() >= MAX_PLAN_STEPS {
+                break;
+            }
+            if !steps
+                .iter()
+                .any(|r| r.step == rec.step || same_requests(r, &rec))
+            {
+                steps.push(rec);
+            }
+        }
+        steps.sort_by_key(|r| r.step);
+        self.plan_from(steps);
+    }
+
+    /// Plans from the last `n` recorded steps.
+    fn plan(&mut self, n: usize) {
+        let steps: Vec<StepRecord> = self.records.last(n).cloned().collect();
+        self.plan_from(steps);
+    }
+
+    /// Plans `steps`, reserves the slab (or reuses the region the serving
+    /// plan holds) and serves from the next step on.
+    fn plan_from(&mut self, steps: Vec<StepRecord>) {
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        let pad = self.platform.pad() as u64;
+        let plan = site_plan::plan(&refs, self.step, pad, self.checked, PLACEMENT_TIME_LIMIT);
         // A re-plan that lands on the plan it replaces keeps the slab: its
         // live blocks stay valid, nothing is reserved.
         if self
@@ -678,46 +737,49 @@ impl PlannedAllocator {
             .is_some_and(|s| s.plan.sites == plan.sites)
         {
             self.replans_unchanged += 1;
+            self.basis = steps;
             return;
         }
         // The caches served the recorded steps' temporaries; from now on
         // the slab does.
-        self.fallback.release_cached(self.backing.as_mut());
-        self.scratch.release_cached(self.backing.as_mut());
+        self.fallback.release_cached(&mut self.backing);
+        self.scratch.release_cached(&mut self.backing);
         let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
-        // An idle slab large enough is kept: a re-plan that needs no more
-        // bytes reserves nothing.
-        let region = match self.slab.take() {
-            Some(old) if old.live_count() == 0 && old.region_bytes >= bytes => {
-                Some((old.base, old.region_bytes))
-            }
-            Some(old) => {
-                if old.live_count() == 0 {
-                    self.backing.release(old.base);
-                } else {
-                    self.retiring.push(old);
+        let slab = match self.slab.take() {
+            // The region is large enough: the new plan takes it over, the
+            // blocks still alive in it (carried into the next step) stay
+            // where they are and the new plan's sites avoid them until
+            // they are freed. Nothing is reserved.
+            Some(old) if old.region_bytes >= bytes => PlannedSlab::take_over(plan, old),
+            old => {
+                // A larger region: the old one goes first when nothing
+                // lives in it, so the two are never held at once; blocks
+                // it still holds keep it (retiring) until they are freed.
+                if let Some(old) = old {
+                    if old.live_count() == 0 {
+                        self.backing.release(old.base);
+                    } else {
+                        self.retiring.push(old);
+                    }
                 }
-                None
-            }
-            None => None,
-        };
-        let region = match region {
-            Some(r) => r,
-            None => match self.backing.reserve(bytes) {
-                Ok(base) => (base, bytes),
-                Err(e) => {
-                    self.error(Kind::Replan, || {
-                        format!("the plan's {bytes}-byte slab could not be reserved: {e}; the fallback serves")
-                    });
-                    return;
+                match self.backing.reserve(bytes) {
+                    Ok(base) => {
+                        if self.checked {
+                            let _ = self.backing.fill(base, bytes, POISON_BYTE);
+                        }
+                        PlannedSlab::new(plan, base, bytes)
+                    }
+                    Err(e) => {
+                        self.error(Kind::Replan, || {
+                            format!("the plan's {bytes}-byte slab could not be reserved: {e}; the fallback serves")
+                        });
+                        return;
+                    }
                 }
-            },
+            }
         };
-        if self.checked {
-            let _ = self.backing.fill(region.0, region.1, POISON_BYTE);
-        }
-        let slab = PlannedSlab::new(plan, region.0, region.1);
         self.slab = Some(slab);
+        self.basis = steps;
         self.phase = Phase::Serving;
         self.counters.plans += 1;
         // Peaks restart after the first step this plan serves: from then
@@ -765,28 +827,18 @@ impl PlannedAllocator {
         *self.streams.entry(stream).or_insert(next)
     }
 
-    fn reserved_now(&self) -> u64 {
-        self.slab.as_ref().map_or(0, |s| s.region_bytes as u64)
-            + self
-                .retiring
-                .iter()
-                .map(|s| s.region_bytes as u64)
-                .sum::<u64>()
-            + self.fallback_reserved()
-    }
-
     /// Bytes every pool but the slabs holds.
     fn fallback_reserved(&self) -> u64 {
         self.fallback.reserved_bytes() + self.scratch.reserved_bytes() + self.exact.reserved_bytes()
     }
 
     fn add_live(&mut self, size: u64) {
+        let reserved = self.backing.current();
         let c = &mut self.counters;
         c.live_bytes += size;
         c.peak_live = c.peak_live.max(c.live_bytes);
-        let reserved = self.reserved_now();
-        let c = &mut self.counters;
-        c.peak_reserved = c.peak_reserved.max(reserved);
+        c.plan_peak_live = c.plan_peak_live.max(c.live_bytes);
+        c.plan_peak_reserved = c.plan_peak_reserved.max(reserved);
     }
 
     /// Counts an error and logs the first of its kind.
@@ -838,4 +890,19 @@ pub fn caching_config(platform: Platform) -> CachingConfig {
         // PyTorch's CUDACachingAllocator: 512-byte rounding, no pad.
         Platform::Cuda => CachingConfig::cuda(),
     }
+}
+
+/// Bytes a step asked for in all.
+fn step_bytes(rec: &StepRecord) -> u64 {
+    rec.requests.iter().map(|r| r.size).sum()
+}
+
+/// Whether two steps made the same requests (sizes and streams, in order):
+/// one of them is enough to plan from.
+fn same_requests(a: &StepRecord, b: &StepRecord) -> bool {
+    a.requests.len() == b.requests.len()
+        && a.requests
+            .iter()
+            .zip(&b.requests)
+            .all(|(x, y)| x.size == y.size && x.stream == y.stream)
 }

@@ -38,8 +38,10 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod align;
 mod allocator;
 pub mod backing;
+mod comparison;
 mod config;
 mod error;
 mod exact;
@@ -48,14 +50,15 @@ mod fallback;
 #[allow(unsafe_code)]
 pub mod ffi;
 mod live_set;
+mod metered;
 mod record;
 pub mod report;
-mod shadow;
 mod site_plan;
 mod slab;
 mod stats;
 pub mod trace;
 
+pub use align::{Shape, WINDOW};
 pub use allocator::{Phase, PlannedAllocator, caching_config};
 pub use backing::Backing;
 pub use config::{Backend, Config, Platform};
@@ -63,7 +66,8 @@ pub use error::{Error, Result};
 pub use exact::ExactPool;
 pub use fallback::{Fallback, FallbackBlock};
 pub use live_set::LiveSet;
+pub use metered::Metered;
 pub use record::{FreedAt, Life, Origin, Records, Request, StepRecord};
 pub use site_plan::{GRANULE, GUARD, Site, SitePlan, Unplanned, slot_for};
-pub use slab::{PlannedSlab, Refusal};
-pub use stats::{ErrorCounts, Misses, ModelFigures, Stats};
+pub use slab::{PlannedSlab, Refusal, SlabBlock};
+pub use stats::{ErrorCounts, Misses, ModelFigures, PlanWindow, Stats};

@@ -48,27 +48,38 @@ pub fn text(s: &Stats, platform: &str) -> String {
     );
     let _ = writeln!(
         out,
-        "reserved now {} (fallback {}); peak reserved {}, peak live {}: fragmentation {}",
+        "reserved now {} (slab region {}, fallback {})",
         format_bytes(s.reserved_bytes),
+        format_bytes(s.region_bytes),
         format_bytes(s.fallback_reserved_bytes),
-        format_bytes(s.peak_reserved_bytes),
-        format_bytes(s.peak_live_bytes),
-        pct(s.fragmentation)
     );
-    match &s.caching_model {
-        Some(c) => {
+    match &s.current_plan {
+        Some(w) if w.peak_reserved_bytes > 0 => {
             let _ = writeln!(
                 out,
-                "caching-allocator model ({} rules) on the recorded steps: peak reserved {}, peak live {}: fragmentation {}",
-                c.platform,
-                format_bytes(c.peak_reserved_bytes),
-                format_bytes(c.peak_live_bytes),
-                pct(c.fragmentation)
+                "current plan, steps {} on: peak reserved {}, peak live {}: fragmentation {}",
+                w.since_step,
+                format_bytes(w.peak_reserved_bytes),
+                format_bytes(w.peak_live_bytes),
+                pct(w.fragmentation)
             );
         }
-        None => {
-            let _ = writeln!(out, "caching-allocator model: no plan yet");
+        _ => {
+            let _ = writeln!(out, "current plan: no whole step served yet");
         }
+    }
+    let _ = writeln!(out, "{}", whole_run_line(s));
+    if s.peak_reserved_bytes > 0 {
+        let (c, e) = (&s.caching_model, &s.expandable_model);
+        let _ = writeln!(
+            out,
+            "whole run, fragmentation: {} planned (peak live {}) vs {} caching allocator model ({} rules), {} with expandable segments",
+            pct(s.fragmentation),
+            format_bytes(s.peak_live_bytes),
+            pct(c.fragmentation),
+            c.platform,
+            pct(e.fragmentation),
+        );
     }
     let _ = writeln!(
         out,
@@ -92,6 +103,28 @@ pub fn text(s: &Stats, platform: &str) -> String {
         e.replan_failed
     );
     out
+}
+
+/// The line that compares the whole run with the caching allocator: the
+/// same window (every request from the first on) for all three figures.
+///
+/// ```
+/// use tensor_arena_alloc::{Config, PlannedAllocator, report};
+/// let mut a = PlannedAllocator::new(Config::default())?;
+/// let x = a.alloc(3 << 20, 0, 0).unwrap();
+/// a.free(x);
+/// let line = report::whole_run_line(&a.stats());
+/// assert!(line.starts_with("whole run: peak reserved 3.00 MiB planned vs 20.00 MiB caching allocator model"));
+/// # Ok::<(), tensor_arena_alloc::Error>(())
+/// ```
+pub fn whole_run_line(s: &Stats) -> String {
+    let mib = |b: u64| format!("{:.2}", b as f64 / (1u64 << 20) as f64);
+    format!(
+        "whole run: peak reserved {} MiB planned vs {} MiB caching allocator model ({} MiB with expandable segments)",
+        mib(s.peak_reserved_bytes),
+        mib(s.caching_model.peak_reserved_bytes),
+        mib(s.expandable_model.peak_reserved_bytes),
+    )
 }
 
 /// The report JSON: the stats, the text and the plan's figures.
@@ -128,11 +161,12 @@ pub fn snapshot(a: &PlannedAllocator, device: i32) -> Value {
         let mut at = slab.base;
         let end = slab.base + slab.region_bytes;
         let (mut allocated, mut requested) = (0u64, 0u64);
-        for (k, addr, size) in slab.live_blocks() {
+        let mut live: Vec<(usize, u64, u64)> = slab.live_blocks().collect();
+        live.sort_unstable();
+        for (addr, slot, size) in live {
             if addr > at {
                 blocks.push(block(at, (addr - at) as u64, 0, "inactive"));
             }
-            let slot = slab.plan.sites[k].slot;
             blocks.push(block(addr, slot, size, "active_allocated"));
             allocated += slot;
             requested += size;

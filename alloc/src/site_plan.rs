@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tensor_arena::plan::placement::{self, Interval, Strategy};
 
-use crate::record::{Life, StepRecord};
+use crate::align::{self, Shape};
+use crate::record::{Life as RequestLife, StepRecord};
 
 /// The slot granule: torch's block rounding and the plan's offset
 /// alignment.
@@ -28,7 +29,8 @@ pub enum Unplanned {
     Stream,
 }
 
-/// The planned slot of one request index.
+/// The planned slot of one site: a request the recorded steps made at
+/// this point of the step (the steps merged by [`crate::align`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Site {
     /// Offset in the slab.
@@ -42,14 +44,31 @@ pub struct Site {
     pub slot: u64,
     /// The largest request it serves.
     pub capacity: u64,
+    /// The smallest request recorded at it (with `capacity`, what the
+    /// matcher of [`crate::align`] compares a request with).
+    pub min_size: u64,
+    /// The stream its requests were recorded on.
+    pub stream: u32,
     /// Why it has no slot, if it has none.
     pub unplanned: Option<Unplanned>,
+}
+
+impl Site {
+    /// What the matcher compares a request with.
+    #[inline]
+    pub fn shape(&self) -> Shape {
+        Shape {
+            min: self.min_size,
+            capacity: self.capacity,
+            stream: self.stream,
+        }
+    }
 }
 
 /// A plan of sites.
 #[derive(Debug, Clone)]
 pub struct SitePlan {
-    /// One per request index of the longest recorded step.
+    /// The recorded steps' requests merged in step order.
     pub sites: Vec<Site>,
     /// Slab bytes: the placement's height.
     pub slab_bytes: u64,
@@ -104,7 +123,139 @@ pub fn shapes_change(steps: &[&StepRecord]) -> bool {
         })
 }
 
-/// Plans `steps` (oldest first, `latest` the last ended step).
+/// The recorded steps merged into one sequence of sites: each step's
+/// requests aligned with the sites (as serving will align them), a request
+/// that matches none becoming a new site where it occurred.
+struct Merged {
+    /// Per site: smallest and largest request, stream.
+    shapes: Vec<Shape>,
+    /// Per step: request index -> site.
+    maps: Vec<Vec<u32>>,
+}
+
+/// Where a request of a step being merged goes.
+#[derive(Clone, Copy)]
+enum Assign {
+    /// An existing site.
+    Site(u32),
+    /// A new site, before the existing site at this index.
+    Before(u32),
+}
+
+fn merge(steps: &[&StepRecord]) -> Merged {
+    // The longest step (the latest of equals) is the reference; the others
+    // are aligned with what has been merged so far, newest first.
+    let reference = (0..steps.len())
+        .max_by_key(|&i| (steps[i].requests.len(), i))
+        .unwrap_or(0);
+    let mut shapes: Vec<Shape> = Vec::new();
+    let mut maps: Vec<Vec<u32>> = vec![Vec::new(); steps.len()];
+    if let Some(rec) = steps.get(reference) {
+        shapes = rec
+            .requests
+            .iter()
+            .map(|r| Shape {
+                min: r.size,
+                capacity: r.size,
+                stream: r.stream,
+            })
+            .collect();
+        maps[reference] = (0..rec.requests.len() as u32).collect();
+    }
+    let order = (0..steps.len()).rev().filter(|&i| i != reference);
+    for i in order.collect::<Vec<_>>() {
+        let requests: Vec<(u64, u32)> = steps[i]
+            .requests
+            .iter()
+            .map(|r| (r.size, r.stream))
+            .collect();
+        let aligned = align::align_steps(&shapes, &requests);
+        let mut assign = Vec::with_capacity(requests.len());
+        let mut cursor = 0usize;
+        for (&(size, _), got) in requests.iter().zip(aligned) {
+            match got {
+                Some(j) => {
+                    let s = &mut shapes[j as usize];
+                    s.min = s.min.min(size);
+                    s.capacity = s.capacity.max(size);
+                    assign.push(Assign::Site(j));
+                    cursor = j as usize + 1;
+                }
+                None => assign.push(Assign::Before(cursor as u32)),
+            }
+        }
+        if assign.iter().all(|a| matches!(a, Assign::Site(_))) {
+            maps[i] = assign
+                .iter()
+                .map(|a| match *a {
+                    Assign::Site(j) | Assign::Before(j) => j,
+                })
+                .collect();
+            continue;
+        }
+        // Rebuild: new sites go before the site at their cursor, in the
+        // order they occurred.
+        let mut inserts: Vec<(u32, usize)> = assign
+            .iter()
+            .enumerate()
+            .filter_map(|(k, a)| match *a {
+                Assign::Before(at) => Some((at, k)),
+                Assign::Site(_) => None,
+            })
+            .collect();
+        inserts.sort_by_key(|&(at, k)| (at, k));
+        let mut new_shapes = Vec::with_capacity(shapes.len() + inserts.len());
+        let mut old_to_new = vec![0u32; shapes.len()];
+        let mut new_of_request = vec![0u32; steps[i].requests.len()];
+        let mut next = inserts.iter().peekable();
+        for (j, shape) in shapes.iter().enumerate() {
+            while let Some(&&(at, k)) = next.peek() {
+                if at as usize > j {
+                    break;
+                }
+                let r = &steps[i].requests[k];
+                new_of_request[k] = new_shapes.len() as u32;
+                new_shapes.push(Shape {
+                    min: r.size,
+                    capacity: r.size,
+                    stream: r.stream,
+                });
+                next.next();
+            }
+            old_to_new[j] = new_shapes.len() as u32;
+            new_shapes.push(*shape);
+        }
+        for &(_, k) in next {
+            let r = &steps[i].requests[k];
+            new_of_request[k] = new_shapes.len() as u32;
+            new_shapes.push(Shape {
+                min: r.size,
+                capacity: r.size,
+                stream: r.stream,
+            });
+        }
+        for map in &mut maps {
+            for j in map.iter_mut() {
+                *j = old_to_new[*j as usize];
+            }
+        }
+        maps[i] = assign
+            .iter()
+            .enumerate()
+            .map(|(k, a)| match *a {
+                Assign::Site(j) => old_to_new[j as usize],
+                Assign::Before(_) => new_of_request[k],
+            })
+            .collect();
+        shapes = new_shapes;
+    }
+    Merged { shapes, maps }
+}
+
+/// Plans `steps` (oldest first, `latest` the last ended step): the steps
+/// merged into one sequence of sites, each site sized by the largest
+/// request it took and alive from its position to the latest point any
+/// step freed it, in the merged order.
 pub fn plan(
     steps: &[&StepRecord],
     latest: u64,
@@ -112,52 +263,71 @@ pub fn plan(
     checked: bool,
     time_limit: Duration,
 ) -> SitePlan {
-    let n = steps.iter().map(|s| s.requests.len()).max().unwrap_or(0);
+    let Merged { shapes, maps } = merge(steps);
+    let n = shapes.len();
     let stream = planned_stream(steps);
-    let mut intervals = Vec::with_capacity(n);
-    let mut sites = Vec::with_capacity(n);
-    for k in 0..n {
-        let mut max_size = 0u64;
-        let mut min_size = u64::MAX;
-        let (mut kept, mut other_stream) = (false, false);
-        let (mut upper, mut wraps, mut carried, mut known) = (k + 1, false, false, false);
-        let mut doubled = false;
-        for rec in steps {
-            let Some(req) = rec.requests.get(k) else {
-                continue;
-            };
-            max_size = max_size.max(req.size);
-            min_size = min_size.min(req.size);
-            other_stream |= req.stream != stream;
+    #[derive(Clone, Copy, Default)]
+    struct Life {
+        upper: usize,
+        kept: bool,
+        known: bool,
+        carried: bool,
+        wraps: bool,
+        doubled: bool,
+    }
+    let mut lives: Vec<Life> = (0..n)
+        .map(|i| Life {
+            upper: i + 1,
+            ..Life::default()
+        })
+        .collect();
+    // The merged position of a free made once `clock` requests of step
+    // `s` had been made.
+    let at =
+        |s: usize, clock: u32| -> usize { maps[s].get(clock as usize).map_or(n, |&j| j as usize) };
+    for (s, rec) in steps.iter().enumerate() {
+        let next = steps.iter().position(|r| r.step == rec.step + 1);
+        for (k, req) in rec.requests.iter().enumerate() {
+            let i = maps[s][k] as usize;
+            let life = &mut lives[i];
             match req.life(rec.step, latest) {
-                Life::InStep(clock) => {
-                    upper = upper.max(clock as usize);
-                    known = true;
+                RequestLife::InStep(clock) => {
+                    life.upper = life.upper.max(at(s, clock));
+                    life.known = true;
                 }
-                Life::NextStep(clock) => {
-                    carried = true;
-                    wraps |= clock > 0;
-                    doubled |= clock as usize > k;
-                    known = true;
+                RequestLife::NextStep(clock) => {
+                    life.carried = true;
+                    life.wraps |= clock > 0;
+                    // Freed past the next step's own request at this site:
+                    // two instances are alive at once.
+                    life.doubled |= match next {
+                        Some(t) => at(t, clock) > i,
+                        None => clock as usize > k,
+                    };
+                    life.known = true;
                 }
-                Life::Kept => kept = true,
-                Life::Unknown => {}
+                RequestLife::Kept => life.kept = true,
+                RequestLife::Unknown => {}
             }
         }
+    }
+    let mut intervals = Vec::with_capacity(n);
+    let mut sites = Vec::with_capacity(n);
+    for (i, (shape, life)) in shapes.iter().zip(&lives).enumerate() {
         // A site whose size changed between the recorded steps follows a
         // changing shape (a sequence length): it gets room to grow, the
         // next bucket of four per power of two (at most 25% more), so that
         // a somewhat longer step still fits.
-        let max_size = if min_size < max_size {
-            bucket(max_size)
+        let max_size = if shape.min < shape.capacity {
+            bucket(shape.capacity)
         } else {
-            max_size
+            shape.capacity
         };
         let capacity = slot_for(max_size, pad, false) - pad;
         let slot = slot_for(max_size, pad, checked);
-        let unplanned = if other_stream {
+        let unplanned = if shape.stream != stream {
             Some(Unplanned::Stream)
-        } else if kept || !known {
+        } else if life.kept || !life.known {
             Some(Unplanned::Outlives)
         } else {
             None
@@ -165,28 +335,26 @@ pub fn plan(
         // A block carried into the next step lives to the end of its own;
         // one freed only after the next step's first requests is alive at
         // both ends, so it gets the whole step.
-        let lower = if wraps { 0 } else { k };
-        if carried {
-            upper = n;
-        }
+        let lower = if life.wraps { 0 } else { i };
+        let upper = if life.carried { n } else { life.upper };
         let live = unplanned.is_none();
-        intervals.push(Interval {
+        let doubled = live && life.doubled;
+        let interval = Interval {
             lower,
             upper: upper.max(lower + 1),
             size: if live { slot as usize } else { 0 },
-        });
-        if live && doubled {
-            intervals.push(Interval {
-                lower,
-                upper: upper.max(lower + 1),
-                size: slot as usize,
-            });
+        };
+        intervals.push(interval);
+        if doubled {
+            intervals.push(interval);
         }
         sites.push(Site {
             offset: 0,
-            alternate: (live && doubled).then_some(0),
+            alternate: doubled.then_some(0),
             slot,
             capacity,
+            min_size: shape.min,
+            stream: shape.stream,
             unplanned,
         });
     }
@@ -254,7 +422,7 @@ pub fn plan(
             .unwrap_or(0),
     );
     SitePlan {
-        lower_bound: per_step_lower_bound(steps, &sites, latest, pad, checked),
+        lower_bound: per_step_lower_bound(steps, &maps, &sites, latest, pad, checked),
         union_lower_bound: placement::lower_bound(&intervals) as u64,
         sites,
         slab_bytes,
@@ -297,22 +465,28 @@ fn stacked(intervals: &[Interval]) -> Vec<usize> {
 /// step before included), over the recorded steps.
 fn per_step_lower_bound(
     steps: &[&StepRecord],
+    maps: &[Vec<u32>],
     sites: &[Site],
     latest: u64,
     pad: u64,
     checked: bool,
 ) -> u64 {
-    let planned = |k: usize| sites.get(k).is_some_and(|s| s.unplanned.is_none());
+    let planned = |s: usize, k: usize| {
+        maps[s]
+            .get(k)
+            .and_then(|&j| sites.get(j as usize))
+            .is_some_and(|s| s.unplanned.is_none())
+    };
     let mut best = 0u64;
     for (i, rec) in steps.iter().enumerate() {
         let n = rec.requests.len();
         let mut items = Vec::with_capacity(n);
         for (k, req) in rec.requests.iter().enumerate() {
-            if !planned(k) {
+            if !planned(i, k) {
                 continue;
             }
             let upper = match req.life(rec.step, latest) {
-                Life::InStep(clock) => (clock as usize).max(k + 1),
+                RequestLife::InStep(clock) => (clock as usize).max(k + 1),
                 _ => n.max(k + 1),
             };
             items.push(Interval {
@@ -324,8 +498,8 @@ fn per_step_lower_bound(
         if i > 0 {
             let prev = steps[i - 1];
             for (k, req) in prev.requests.iter().enumerate() {
-                if let Life::NextStep(clock) = req.life(prev.step, latest)
-                    && planned(k)
+                if let RequestLife::NextStep(clock) = req.life(prev.step, latest)
+                    && planned(i - 1, k)
                     && clock > 0
                 {
                     items.push(Interval {

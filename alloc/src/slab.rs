@@ -6,7 +6,9 @@
 //! sites sorted by offset answers (live blocks are disjoint, so the live
 //! site starting last below the new block's end is the only candidate).
 
+use crate::align;
 use crate::live_set::LiveSet;
+use crate::record::Origin;
 use crate::site_plan::SitePlan;
 
 /// A served slab.
@@ -26,9 +28,29 @@ pub struct PlannedSlab {
     /// slot's end (the bound of its overlap query, fixed by the plan).
     end_bound: Vec<u32>,
     live: LiveSet,
-    /// Per position: the step and the bytes of its live block.
-    live_block: Vec<(u64, u64)>,
+    /// Per position: the request that holds it and its bytes.
+    live_block: Vec<(Origin, u64)>,
     live_count: usize,
+    /// The step's cursor over the sites ([`crate::align`]).
+    cursor: usize,
+    /// Blocks of an earlier plan that were alive in this region when this
+    /// plan took it over: `(offset, end, origin, bytes)`. Served sites
+    /// must not overlap them; they are few and freed early in the next
+    /// step.
+    carried: Vec<(u64, u64, Origin, u64)>,
+}
+
+/// A live block of a slab: its address, the request that made it and its
+/// bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlabBlock {
+    /// The site it occupies, `None` for a block carried from an earlier
+    /// plan.
+    pub site: Option<usize>,
+    /// The request that made it.
+    pub origin: Origin,
+    /// Bytes asked for.
+    pub size: u64,
 }
 
 /// Why a planned site could not be served.
@@ -48,6 +70,28 @@ pub enum Refusal {
 impl PlannedSlab {
     /// Serves `plan` from the `region_bytes` reserved at `base`.
     pub fn new(plan: SitePlan, base: usize, region_bytes: usize) -> PlannedSlab {
+        PlannedSlab::over(plan, base, region_bytes, Vec::new())
+    }
+
+    /// Serves `plan` from the region of `old`, whose live blocks stay where
+    /// they are until freed.
+    pub fn take_over(plan: SitePlan, old: PlannedSlab) -> PlannedSlab {
+        let mut carried: Vec<(u64, u64, Origin, u64)> = old.carried.clone();
+        for (p, &(offset, end, _)) in old.by_offset.iter().enumerate() {
+            if old.live.contains(p) {
+                let (origin, size) = old.live_block[p];
+                carried.push((offset, end, origin, size));
+            }
+        }
+        PlannedSlab::over(plan, old.base, old.region_bytes, carried)
+    }
+
+    fn over(
+        plan: SitePlan,
+        base: usize,
+        region_bytes: usize,
+        carried: Vec<(u64, u64, Origin, u64)>,
+    ) -> PlannedSlab {
         let mut by_offset: Vec<(u64, u64, u32)> = Vec::with_capacity(plan.sites.len());
         for (k, s) in plan.sites.iter().enumerate() {
             let len = if s.unplanned.is_some() { 0 } else { s.slot };
@@ -81,14 +125,21 @@ impl PlannedSlab {
             position,
             by_offset,
             live: LiveSet::new(n),
-            live_block: vec![(0, 0); n],
-            live_count: 0,
+            live_block: vec![(Origin::OUTSIDE, 0); n],
+            live_count: carried.len(),
+            cursor: 0,
+            carried,
         }
     }
 
-    /// Whether `addr` lies in this slab.
+    /// Whether `addr` lies in this slab's region.
     pub fn contains(&self, addr: usize) -> bool {
-        addr >= self.base && ((addr - self.base) as u64) < self.plan.slab_bytes
+        addr >= self.base && addr - self.base < self.region_bytes
+    }
+
+    /// A step begins: the cursor goes back to the first site.
+    pub fn begin_step(&mut self) {
+        self.cursor = 0;
     }
 
     /// Live blocks in the slab.
@@ -96,36 +147,68 @@ impl PlannedSlab {
         self.live_count
     }
 
-    /// Serves request `k` of `size` bytes in step `step`: its address.
-    pub fn serve(&mut self, k: usize, size: u64, step: u64) -> Result<usize, Refusal> {
-        let site = *self.plan.sites.get(k).ok_or(Refusal::Order)?;
+    /// Serves the request `origin` of `size` bytes on `stream`: the site
+    /// the matcher gives it ([`crate::align`]), when no live block holds
+    /// any of that site's bytes. A refused request that took a site still
+    /// moves the cursor past it.
+    pub fn serve(&mut self, origin: Origin, size: u64, stream: u32) -> Result<usize, Refusal> {
+        let sites = &self.plan.sites;
+        let Some(k) = align::find(sites, |s| s.shape(), self.cursor, size, stream) else {
+            return Err(if self.cursor >= sites.len() {
+                Refusal::Order
+            } else {
+                Refusal::Size
+            });
+        };
+        self.cursor = k + 1;
+        let site = sites[k];
         if site.unplanned.is_some() {
             return Err(Refusal::Unplanned);
         }
-        if size > site.capacity {
-            return Err(Refusal::Size);
-        }
-        let pos = self.position[k][(step % 2) as usize] as usize;
-        let (offset, _, _) = self.by_offset[pos];
+        let pos = self.position[k][(origin.step % 2) as usize] as usize;
+        let (offset, end, _) = self.by_offset[pos];
         if let Some(p) = self.live.predecessor(self.end_bound[pos] as usize)
             && self.by_offset[p].1 > offset
         {
             return Err(Refusal::Overlap);
         }
+        if self
+            .carried
+            .iter()
+            .any(|&(o, e, _, _)| o < end && offset < e)
+        {
+            return Err(Refusal::Overlap);
+        }
         self.live.insert(pos);
-        self.live_block[pos] = (step, size);
+        self.live_block[pos] = (origin, size);
         self.live_count += 1;
         Ok(self.base + offset as usize)
     }
 
-    /// Frees the live block at `addr`: its site, step and bytes; `None`
-    /// when no live block starts there.
-    pub fn free(&mut self, addr: usize) -> Option<(usize, u64, u64)> {
+    /// Frees the live block at `addr`; `None` when no live block starts
+    /// there.
+    pub fn free(&mut self, addr: usize) -> Option<SlabBlock> {
+        if !self.carried.is_empty() {
+            let offset = addr.wrapping_sub(self.base) as u64;
+            if let Some(i) = self.carried.iter().position(|c| c.0 == offset) {
+                let (_, _, origin, size) = self.carried.swap_remove(i);
+                self.live_count -= 1;
+                return Some(SlabBlock {
+                    site: None,
+                    origin,
+                    size,
+                });
+            }
+        }
         let pos = self.live_position_at(addr)?;
         self.live.remove(pos);
         self.live_count -= 1;
-        let (step, size) = self.live_block[pos];
-        Some((self.by_offset[pos].2 as usize, step, size))
+        let (origin, size) = self.live_block[pos];
+        Some(SlabBlock {
+            site: Some(self.by_offset[pos].2 as usize),
+            origin,
+            size,
+        })
     }
 
     /// The position of the live slot whose block starts at `addr`.
@@ -147,18 +230,41 @@ impl PlannedSlab {
             .map(|p| self.by_offset[p].2 as usize)
     }
 
-    /// Live sites with their addresses and bytes, in address order.
-    pub fn live_blocks(&self) -> impl Iterator<Item = (usize, usize, u64)> + '_ {
-        self.by_offset
+    /// Live blocks with their addresses, slot bytes and bytes asked for, in
+    /// address order (carried blocks of an earlier plan first).
+    pub fn live_blocks(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        let carried = self
+            .carried
+            .iter()
+            .map(|&(o, e, _, size)| (self.base + o as usize, e - o, size));
+        let planned = self
+            .by_offset
             .iter()
             .enumerate()
             .filter(|(p, _)| self.live.contains(*p))
-            .map(|(p, &(offset, _, k))| {
+            .map(|(p, &(offset, end, _))| {
                 (
-                    k as usize,
                     self.base + offset as usize,
+                    end - offset,
                     self.live_block[p].1,
                 )
-            })
+            });
+        carried.chain(planned)
+    }
+
+    /// The largest stretch of the region no live block holds (what a
+    /// request could still get here, ignoring the plan).
+    pub fn largest_gap(&self) -> u64 {
+        let mut blocks: Vec<(u64, u64)> = self
+            .live_blocks()
+            .map(|(a, slot, _)| ((a - self.base) as u64, slot))
+            .collect();
+        blocks.sort_unstable();
+        let (mut at, mut best) = (0u64, 0u64);
+        for (o, len) in blocks {
+            best = best.max(o.saturating_sub(at));
+            at = at.max(o + len);
+        }
+        best.max((self.region_bytes as u64).saturating_sub(at))
     }
 }

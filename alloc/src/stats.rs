@@ -49,7 +49,7 @@ pub struct ErrorCounts {
     pub replan_failed: u64,
 }
 
-/// The caching-allocator model's figures for the recorded steps.
+/// A caching-allocator model's figures over the whole run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct ModelFigures {
     /// Peak reserved bytes.
@@ -60,6 +60,19 @@ pub struct ModelFigures {
     pub fragmentation: f64,
     /// Which rules the model followed (`cuda` or `npu`).
     pub platform: &'static str,
+}
+
+/// Figures over the steady steps of the plan serving now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PlanWindow {
+    /// The first step of the window (the one after the plan's first).
+    pub since_step: u64,
+    /// Peak reserved bytes in the window.
+    pub peak_reserved_bytes: u64,
+    /// Peak live bytes in the window.
+    pub peak_live_bytes: u64,
+    /// `1 - peak_live / peak_reserved` in the window.
+    pub fragmentation: f64,
 }
 
 /// Everything the stats JSON holds.
@@ -102,23 +115,35 @@ pub struct Stats {
     pub slab_ratio: f64,
     /// Bytes the fallback holds.
     pub fallback_reserved_bytes: u64,
-    /// Slab, retiring slabs and fallback now.
+    /// Bytes held from the backing now: slab, retiring slabs, fallback,
+    /// scratch pool and exact regions (as asked for; the backing may round
+    /// further).
     pub reserved_bytes: u64,
-    /// Peak of `reserved_bytes` over the steady steps of the current plan:
-    /// from the end of the first step it serves (that step still frees
-    /// what the recorded steps carried into it); since the start before a
-    /// plan.
+    /// Bytes of the region the slab holds (at least `slab_bytes`: a
+    /// re-plan that needs fewer keeps the region).
+    pub region_bytes: u64,
+    /// Peak of `reserved_bytes` over the whole run: warm-up, recording,
+    /// every plan and every transition between plans (never below
+    /// `reserved_bytes`).
     pub peak_reserved_bytes: u64,
-    /// Peak bytes of live requests over the same period.
+    /// Peak bytes of live requests over the whole run.
     pub peak_live_bytes: u64,
-    /// `1 - peak_live / peak_reserved` over the same period.
+    /// `1 - peak_live / peak_reserved` over the whole run (0 before any
+    /// request).
     pub fragmentation: f64,
+    /// The same figures over the steady steps of the current plan only,
+    /// from the end of the first step it serves; `None` before a plan has
+    /// served a whole step.
+    pub current_plan: Option<PlanWindow>,
     /// Backing reservations (device allocation calls) so far.
     pub backing_reservations: u64,
     /// Backing reservations during the last step.
     pub backing_reservations_last_step: u64,
-    /// The caching-allocator model on the recorded steps.
-    pub caching_model: Option<ModelFigures>,
+    /// The caching-allocator model (the platform's defaults) fed with
+    /// every request of the whole run.
+    pub caching_model: ModelFigures,
+    /// The same model with `expandable_segments:True`.
+    pub expandable_model: ModelFigures,
     /// Errors by kind.
     pub errors: ErrorCounts,
     /// Live blocks (planned and fallback).
