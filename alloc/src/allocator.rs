@@ -18,7 +18,7 @@ use crate::shadow::Shadow;
 use crate::site_plan::{self, GUARD};
 use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, ModelFigures, Stats, fragmentation};
-use crate::trace::TraceWriter;
+use crate::trace::{TraceLog, TracedBacking};
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -121,7 +121,7 @@ pub struct PlannedAllocator {
     replan_wait: u32,
     logged: u32,
     last_null: String,
-    trace: Option<TraceWriter>,
+    trace: Option<TraceLog>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -146,12 +146,12 @@ struct Counters {
 impl PlannedAllocator {
     /// Opens the backing `config` names and starts in warm-up.
     pub fn new(config: Config) -> Result<PlannedAllocator> {
-        let trace = config
-            .trace
-            .as_deref()
-            .map(TraceWriter::create)
-            .transpose()?;
-        let backing = backing::open(&config)?;
+        let trace = config.trace.as_deref().map(TraceLog::create).transpose()?;
+        let mut backing = backing::open(&config)?;
+        // Trace hook: reservations and releases become segment lines.
+        if let Some(log) = &trace {
+            backing = Box::new(TracedBacking::new(backing, log.clone()));
+        }
         let mut a = PlannedAllocator::with_backing(config, backing);
         a.trace = trace;
         Ok(a)
@@ -245,8 +245,8 @@ impl PlannedAllocator {
             return None;
         }
         let addr = self.alloc_inner(size, stream);
-        if let Some(t) = self.trace.as_mut() {
-            t.event("alloc", addr.unwrap_or(0), size, stream);
+        if let Some(t) = &self.trace {
+            t.alloc(addr, size, stream);
         }
         addr
     }
@@ -322,8 +322,8 @@ impl PlannedAllocator {
         if addr == 0 {
             return;
         }
-        if let Some(t) = self.trace.as_mut() {
-            t.event("free", addr, 0, 0);
+        if let Some(t) = &self.trace {
+            t.free(addr);
         }
         let at = self.now();
         let checked = self.checked;
@@ -406,8 +406,8 @@ impl PlannedAllocator {
                 step: self.step,
             });
         }
-        if let Some(t) = self.trace.as_mut() {
-            t.event("step_begin", 0, 0, 0);
+        if let Some(t) = &self.trace {
+            t.step_begin();
         }
         self.step += 1;
         self.in_step = true;
@@ -436,9 +436,8 @@ impl PlannedAllocator {
             });
         }
         self.in_step = false;
-        if let Some(t) = self.trace.as_mut() {
-            t.event("step_end", 0, 0, 0);
-            t.flush();
+        if let Some(t) = &self.trace {
+            t.step_end();
         }
         let c = &mut self.counters;
         c.reservations_last_step = self.backing.reservations() - c.reservations_at_step_start;

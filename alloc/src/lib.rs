@@ -49,6 +49,7 @@ mod fallback;
 pub mod ffi;
 mod live_set;
 mod record;
+pub mod replay;
 pub mod report;
 mod shadow;
 mod site_plan;
