@@ -48,7 +48,7 @@ fn step_ops(events: &[TraceEvent], which: usize) -> (Vec<Op>, usize) {
                 }
                 k += 1;
             }
-            TraceEvent::Free { addr } => {
+            TraceEvent::Free { addr, .. } => {
                 if let Some((s, j)) = owner.remove(&addr)
                     && step == which
                     && (s == which || s + 1 == which)
@@ -59,6 +59,7 @@ fn step_ops(events: &[TraceEvent], which: usize) -> (Vec<Op>, usize) {
                     });
                 }
             }
+            TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
         }
     }
     (ops, count)

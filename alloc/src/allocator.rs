@@ -19,7 +19,7 @@ use crate::record::{FreedAt, Origin, Records, StepRecord};
 use crate::site_plan::{self, GUARD};
 use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, PlanWindow, Stats, fragmentation};
-use crate::trace::TraceWriter;
+use crate::trace::{TraceLog, TracedBacking};
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -129,7 +129,7 @@ pub struct PlannedAllocator {
     replan_wait: u32,
     logged: u32,
     last_null: String,
-    trace: Option<TraceWriter>,
+    trace: Option<TraceLog>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -157,12 +157,12 @@ struct Counters {
 impl PlannedAllocator {
     /// Opens the backing `config` names and starts in warm-up.
     pub fn new(config: Config) -> Result<PlannedAllocator> {
-        let trace = config
-            .trace
-            .as_deref()
-            .map(TraceWriter::create)
-            .transpose()?;
-        let backing = backing::open(&config)?;
+        let trace = config.trace.as_deref().map(TraceLog::create).transpose()?;
+        let mut backing = backing::open(&config)?;
+        // Trace hook: reservations and releases become segment lines.
+        if let Some(log) = &trace {
+            backing = Box::new(TracedBacking::new(backing, log.clone()));
+        }
         let mut a = PlannedAllocator::with_backing(config, backing);
         a.trace = trace;
         Ok(a)
@@ -256,8 +256,8 @@ impl PlannedAllocator {
             return None;
         }
         let addr = self.alloc_inner(size, stream);
-        if let Some(t) = self.trace.as_mut() {
-            t.event("alloc", addr.unwrap_or(0), size, stream);
+        if let Some(t) = &self.trace {
+            t.alloc(addr, size, stream);
         }
         addr
     }
@@ -333,8 +333,8 @@ impl PlannedAllocator {
         if addr == 0 {
             return;
         }
-        if let Some(t) = self.trace.as_mut() {
-            t.event("free", addr, 0, 0);
+        if let Some(t) = &self.trace {
+            t.free(addr);
         }
         let at = self.now();
         let checked = self.checked;
@@ -415,8 +415,8 @@ impl PlannedAllocator {
                 step: self.step,
             });
         }
-        if let Some(t) = self.trace.as_mut() {
-            t.event("step_begin", 0, 0, 0);
+        if let Some(t) = &self.trace {
+            t.step_begin();
         }
         self.step += 1;
         self.in_step = true;
@@ -443,9 +443,8 @@ impl PlannedAllocator {
             });
         }
         self.in_step = false;
-        if let Some(t) = self.trace.as_mut() {
-            t.event("step_end", 0, 0, 0);
-            t.flush();
+        if let Some(t) = &self.trace {
+            t.step_end();
         }
         self.comparison.hand_over();
         let c = &mut self.counters;

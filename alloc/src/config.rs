@@ -111,10 +111,11 @@ pub struct Config {
     pub checked: Option<bool>,
     /// Log the first error of each kind to standard error.
     pub log_errors: bool,
-    /// Write every event (`step_begin`, `step_end`, `alloc`, `free`) to
-    /// this CSV file (`event,addr,size,stream`): a trace to replay or to
-    /// send with a bug report. Off by default; it costs a buffered write
-    /// per request.
+    /// Write every event (`step_begin`, `step_end`, `alloc`, `free` with
+    /// the block's size, `segment_alloc` / `segment_free` for the backing's
+    /// reservations) to this CSV file (`event,addr,size,stream`,
+    /// [`crate::trace`]): a trace to replay or to send with a bug report.
+    /// Off by default; it costs a buffered write per request.
     pub trace: Option<String>,
     /// The CUDA runtime library to load, instead of the usual sonames.
     pub cuda_runtime_lib: Option<String>,

@@ -42,6 +42,15 @@ pub enum Error {
         /// What failed, with what was searched where it applies.
         reason: String,
     },
+    /// A trace file line that is not in the trace format
+    /// ([`crate::trace`]), or steps out of order.
+    #[error("trace line {line}: {reason}")]
+    Trace {
+        /// The 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An error of the tensor-arena core (the host or Ascend device).
     #[error(transparent)]
     Core(#[from] tensor_arena::Error),

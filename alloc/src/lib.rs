@@ -52,6 +52,7 @@ pub mod ffi;
 mod live_set;
 mod metered;
 mod record;
+pub mod replay;
 pub mod report;
 mod site_plan;
 mod slab;

@@ -63,11 +63,12 @@ fn replay(events: &[TraceEvent]) -> u64 {
                     live.insert(addr, p as usize);
                 }
             }
-            TraceEvent::Free { addr } => {
+            TraceEvent::Free { addr, .. } => {
                 if let Some(p) = live.remove(&addr) {
                     tensor_arena_free(p as *mut _, 0, 0, std::ptr::null_mut());
                 }
             }
+            TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
         }
     }
     for (_, p) in live {

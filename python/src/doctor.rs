@@ -1,5 +1,5 @@
 //! The `tensor-arena` command line, compiled from the binary's own sources
-//! (`src/cli/`), so the console script and `tensor_arena.replay` run the
+//! (`cli/src/cli/`, the tensor-arena-cli package), so the console script and `tensor_arena.replay` run the
 //! same code as the Rust binary.
 
 use std::process::ExitCode;
@@ -8,7 +8,7 @@ use clap::Parser;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-#[path = "../../src/cli/mod.rs"]
+#[path = "../../cli/src/cli/mod.rs"]
 #[allow(dead_code, missing_docs)]
 mod cli;
 

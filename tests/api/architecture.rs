@@ -68,7 +68,7 @@ fn top_module(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?;
     let first = rel.components().next()?.as_os_str().to_str()?;
     let name = first.strip_suffix(".rs").unwrap_or(first);
-    (!matches!(name, "lib" | "main" | "cli" | "doc_tests")).then(|| name.to_owned())
+    (!matches!(name, "lib" | "doc_tests")).then(|| name.to_owned())
 }
 
 /// Rows `| `name` | ... | deps |` of the table under `heading`.

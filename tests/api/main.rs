@@ -37,7 +37,6 @@ mod ascend_faults;
 mod ascend_sim;
 mod bit_masks;
 mod checked;
-mod cli;
 mod fuzz_specs;
 mod large_instances;
 mod minimalloc;

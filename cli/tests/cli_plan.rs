@@ -1,6 +1,5 @@
 //! The `tensor-arena plan` command, run as a user would: JSON output,
 //! `--out` files, exit codes and error messages.
-#![cfg(feature = "cli")]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -18,7 +17,7 @@ fn plan(args: &[&str]) -> Output {
 
 fn instance(name: &str) -> String {
     format!(
-        "{}/tests/data/minimalloc/{name}.1048576.csv",
+        "{}/../tests/data/minimalloc/{name}.1048576.csv",
         env!("CARGO_MANIFEST_DIR")
     )
 }
@@ -68,7 +67,10 @@ fn json_report_has_the_documented_fields() {
 /// and reaches the lower bound from the command line.
 #[test]
 fn default_strategy_reports_the_lower_bound_on_g_1() {
-    let csv = format!("{}/tests/data/idealloc/G_1.csv", env!("CARGO_MANIFEST_DIR"));
+    let csv = format!(
+        "{}/../tests/data/idealloc/G_1.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let out = plan(&["--csv", &csv, "--json"]);
     let v = json(&out);
     assert_eq!(v["strategy"], "auto");

@@ -1,5 +1,4 @@
 //! The `tensor-arena replay` command, run as a user runs it.
-#![cfg(feature = "cli")]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -65,7 +64,7 @@ fn synthetic_trace_to_json_and_svg() {
 
 #[test]
 fn snapshot_table_and_settings() {
-    let snap = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshot_small.pickle");
+    let snap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/snapshot_small.pickle");
     let o = run(&[snap.to_str().unwrap(), "--capacity", "40MiB"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = stdout(&o);
@@ -233,7 +232,7 @@ fn default_report_shows_the_capacities_that_fail_above_the_smallest() {
 #[test]
 fn gzip_oom_snapshot_names_the_site() {
     let snap =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oom_snapshot_sites.pickle.gz");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/oom_snapshot_sites.pickle.gz");
     let o = run(&[snap.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = stdout(&o);

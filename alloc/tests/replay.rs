@@ -1,0 +1,98 @@
+//! The offline replay decides as the live allocator does: the recorded
+//! GPT-2 trace driven through a live allocator on host pages and through
+//! the replay's null backing gives the same stats, plan and whole-run peak,
+//! and a trace the allocator writes reproduces its reserved bytes.
+
+use tensor_arena_alloc::backing::host_backing;
+use tensor_arena_alloc::replay::{self, NullBacking, Prediction, ReplayConfig};
+use tensor_arena_alloc::trace::{self, TraceEvent};
+use tensor_arena_alloc::{Config, PlannedAllocator, Stats};
+
+/// See tests/data/README.md.
+const GPT2_TRACE: &str = include_str!("data/gpt2_cpu_trace.csv");
+
+/// The stats with the backing's name (the one field that differs between
+/// backings) left out.
+fn decisions(s: &Stats) -> Stats {
+    Stats {
+        backing: String::new(),
+        ..s.clone()
+    }
+}
+
+fn same(live: &Prediction, null: &Prediction) {
+    assert_eq!(decisions(&live.stats), decisions(&null.stats));
+    assert_eq!(live.peak_reserved_bytes, null.peak_reserved_bytes);
+    let (a, b) = (live.plan.as_ref().unwrap(), null.plan.as_ref().unwrap());
+    assert_eq!(a.sites, b.sites);
+    assert_eq!(a.slab_bytes, b.slab_bytes);
+}
+
+fn policy(json: &str) -> ReplayConfig {
+    ReplayConfig {
+        policy: Config::from_json(json).unwrap(),
+        capacity: None,
+    }
+}
+
+#[test]
+fn host_pages_and_the_null_backing_decide_the_same() {
+    let events = trace::parse(GPT2_TRACE).unwrap();
+    for json in [
+        r#"{"backend": "cpu", "log_errors": false}"#,
+        r#"{"backend": "cpu", "log_errors": false, "exact_before_plan": false, "warmup_steps": 2, "record_steps": 1}"#,
+        r#"{"backend": "cpu", "log_errors": false, "platform": "npu"}"#,
+    ] {
+        let config = policy(json);
+        let live = replay::replay_on(&events, &config, Box::new(host_backing())).unwrap();
+        let null = replay::replay_on(&events, &config, Box::new(NullBacking::new(None))).unwrap();
+        same(&live, &null);
+        assert_eq!(null.steps, 8);
+        assert_eq!(null.served_share, 1.0, "{json}: {:?}", null.stats);
+        assert!(null.peak_reserved_bytes >= null.slab_bytes);
+    }
+}
+
+#[test]
+fn a_trace_written_by_the_allocator_replays_to_the_live_figures() {
+    let events = trace::parse(GPT2_TRACE).unwrap();
+    let dir = std::env::temp_dir().join(format!("ta-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.csv");
+    let json = format!(
+        r#"{{"backend": "cpu", "log_errors": false, "trace": "{}"}}"#,
+        path.display()
+    );
+    // The live run: the allocator as the C ABI opens it, trace on.
+    let mut live = PlannedAllocator::new(Config::from_json(&json).unwrap()).unwrap();
+    replay::drive(&mut live, &events).unwrap();
+    let live_stats = live.stats();
+    drop(live); // flushes the trace
+    let written = trace::read(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Frees carry sizes; segment lines are there.
+    assert!(
+        written
+            .iter()
+            .any(|e| matches!(e, TraceEvent::Free { size, .. } if *size > 0))
+    );
+    assert!(
+        !written
+            .iter()
+            .any(|e| matches!(e, TraceEvent::Free { size: 0, .. }))
+    );
+    let (_, segment_peak) = trace::reserved_from_segments(&written).unwrap();
+
+    let null = replay::replay(&written, &policy(r#"{"backend": "cpu"}"#)).unwrap();
+    assert_eq!(decisions(&null.stats), decisions(&live_stats));
+    // The file alone gives the run's whole-run peak reserved.
+    assert_eq!(segment_peak, null.peak_reserved_bytes);
+    assert!(segment_peak >= live_stats.peak_reserved_bytes);
+}
+
+#[test]
+fn a_step_out_of_order_in_a_hand_made_list_is_an_error() {
+    let e = replay::replay(&[TraceEvent::StepEnd], &ReplayConfig::default()).unwrap_err();
+    assert!(e.to_string().contains("trace event 0"), "{e}");
+}
