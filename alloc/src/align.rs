@@ -22,6 +22,8 @@ pub const WINDOW: usize = 64;
 pub struct Shape {
     /// The smallest request recorded at it.
     pub min: u64,
+    /// The largest request recorded at it.
+    pub max: u64,
     /// The most it holds.
     pub capacity: u64,
     /// Its stream.
@@ -29,14 +31,28 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// A site whose recorded requests all had one size.
+    #[inline]
+    fn fixed(&self) -> bool {
+        self.min == self.max
+    }
+
+    /// Whether the request is the site's own at a recorded size.
     #[inline]
     fn brackets(&self, size: u64, stream: u32) -> bool {
-        self.stream == stream && self.min <= size && size <= self.capacity
+        self.stream == stream && self.min <= size && size <= self.max
     }
 }
 
 /// The site a request of `size` bytes on `stream` takes, the cursor at
-/// `cursor`; `None` when it matches none.
+/// `cursor`; `None` when it matches none. In order of preference: the site
+/// at the cursor when its recorded sizes bracket the request; the site at
+/// the cursor when its size changes from step to step (it was recorded at
+/// different sizes: the request is that tensor at a shape not recorded,
+/// and is refused by size if it does not fit); the first site in the
+/// window that was always recorded at exactly this size (the requests
+/// before it were skipped this step). Anything else is taken as a request
+/// the plan does not know (inserted), and the cursor stays for the next.
 #[inline]
 pub fn find<S>(
     sites: &[S],
@@ -45,148 +61,183 @@ pub fn find<S>(
     size: u64,
     stream: u32,
 ) -> Option<usize> {
-    let end = sites.len().min(cursor.saturating_add(WINDOW));
-    if let Some(first) = sites.get(cursor) {
-        let s = shape(first);
-        if s.brackets(size, stream) {
-            return Some(cursor);
-        }
-        for (j, site) in sites.iter().enumerate().take(end).skip(cursor + 1) {
-            if shape(site).brackets(size, stream) {
-                return Some(j);
-            }
-        }
-        if s.stream == stream && size <= s.capacity {
-            return Some(cursor);
-        }
+    let first = shape(sites.get(cursor)?);
+    if first.brackets(size, stream) || (first.stream == stream && !first.fixed()) {
+        return Some(cursor);
     }
-    None
+    let end = sites.len().min(cursor.saturating_add(WINDOW));
+    (cursor + 1..end).find(|&j| {
+        let s = shape(&sites[j]);
+        s.fixed() && s.brackets(size, stream)
+    })
 }
 
-/// The score of a request bracketed by its site's recorded sizes, and of
-/// one only at the same position: more than twice, so that skipping one
-/// inserted request to bracket the next beats two positional matches, and
-/// less than three times, so that one coincidence of sizes further on does
-/// not pull a step of another shape out of position.
-const BRACKETED: i32 = 9;
-const POSITIONAL: i32 = 4;
+/// Scores of the offline alignment: a request of exactly the size a
+/// fixed-size site always had (the same tensor), one inside the recorded
+/// range of a site whose size changes (likely the same tensor at another
+/// shape), one only at the same position on the same stream; opening a
+/// gap (skipping sites or requests) costs `GAP_OPEN`, each further skipped
+/// one `GAP_EXTEND` (affine gaps). The numbers keep two facts: skipping one
+/// inserted request to match the next exactly beats two positional matches
+/// (`EXACT - GAP_OPEN > 2 * POSITIONAL`), and one coincidence of sizes
+/// further on never pays for leaving and rejoining the diagonal
+/// (`2 * GAP_OPEN > EXACT - POSITIONAL`), so steps of different shapes stay
+/// aligned position by position.
+const EXACT: i64 = 16;
+const IN_RANGE: i64 = 6;
+const POSITIONAL: i64 = 4;
+const GAP_OPEN: i64 = 7;
+const GAP_EXTEND: i64 = 1;
 
 /// Half the width of the band [`align_steps`] searches around the
-/// diagonal.
+/// diagonal, beyond the difference of the two lengths.
 const BAND: usize = 96;
 
+/// The most cells of the traceback (3 bytes each) one alignment keeps.
+const MAX_CELLS: usize = 1 << 24;
+
 /// Aligns a recorded step's requests (`(size, stream)`) with `sites` when a
-/// plan is made, where the whole step is known: the alignment that matches
-/// the most requests, a request bracketed by its site's recorded sizes
-/// counting more than twice as much (the same tensor at a recorded shape)
-/// as any other on the same stream (the same position at another shape), searched in
-/// a band around the diagonal (O((sites + requests) x band)). Returns the
-/// site of each request, `None` for a request aligned with no site.
+/// plan is made, where the whole step is known: the best-scoring alignment
+/// (see the scores above, affine gaps), searched in a band around the
+/// diagonal (O((sites + requests) x band)). Returns the site of each
+/// request, `None` for a request aligned with no site.
 pub fn align_steps(sites: &[Shape], requests: &[(u64, u32)]) -> Vec<Option<u32>> {
     let (m, n) = (sites.len(), requests.len());
     if m == 0 || n == 0 {
         return vec![None; n];
     }
+    const NONE: i64 = i64::MIN / 4;
+    // The band reaches as far off the diagonal as the lengths differ (a
+    // block of requests one step has and the other has not: an eval pass),
+    // within a bound on the traceback's memory.
+    let band = (BAND + m.abs_diff(n)).min(BAND.max(MAX_CELLS / m));
+    let width = 2 * band + 1;
     // Row i covers requests j in [lo(i), lo(i) + width).
-    let width = 2 * BAND + 1;
-    let lo = |i: usize| (i * n / m).saturating_sub(BAND);
-    let score_of = |i: usize, j: usize| -> i32 {
+    let lo = |i: usize| (i * n / m).saturating_sub(band);
+    let score_of = |i: usize, j: usize| -> i64 {
         let (size, stream) = requests[j];
         let s = sites[i];
         if s.stream != stream {
-            0
-        } else if s.min <= size && size <= s.capacity {
-            BRACKETED
+            NONE
+        } else if s.fixed() && size == s.min {
+            EXACT
+        } else if s.brackets(size, stream) {
+            IN_RANGE
         } else {
             POSITIONAL
         }
     };
-    // score[i][j - lo(i)]; a cell outside the band is -1 (unreachable).
-    const DIAG: u8 = 0;
-    const UP: u8 = 1; // skip a site
-    const LEFT: u8 = 2; // skip a request
-    let mut prev = vec![-1i32; width];
-    let mut cur = vec![-1i32; width];
-    let mut back = vec![LEFT; (m + 1) * width];
-    // Row 0: no site used, any number of requests skipped.
-    for (d, p) in prev.iter_mut().enumerate() {
-        if lo(0) + d <= n {
-            *p = 0;
-        }
-    }
-    let get = |row: &[i32], row_lo: usize, j: usize| -> i32 {
+    // Three states per cell (Gotoh): the last step matched (M), skipped a
+    // site (U) or skipped a request (L). `from` records, per state, the
+    // state of the cell it came from.
+    const M: u8 = 0;
+    const U: u8 = 1;
+    const L: u8 = 2;
+    let at = |row: &[[i64; 3]], row_lo: usize, j: usize| -> [i64; 3] {
         if j < row_lo || j - row_lo >= width {
-            -1
+            [NONE; 3]
         } else {
             row[j - row_lo]
         }
     };
+    let mut prev = vec![[NONE; 3]; width];
+    let mut cur = vec![[NONE; 3]; width];
+    let mut from = vec![[M; 3]; (m + 1) * width];
+    // Row 0: requests skipped before any site (a gap of j requests).
+    for (d, p) in prev.iter_mut().enumerate() {
+        let j = lo(0) + d;
+        if j == 0 {
+            *p = [0, NONE, NONE];
+        } else if j <= n {
+            *p = [NONE, NONE, -GAP_OPEN - (j as i64 - 1) * GAP_EXTEND];
+        }
+    }
     for i in 1..=m {
         let (l, pl) = (lo(i), lo(i - 1));
         for d in 0..width {
             let j = l + d;
             if j > n {
-                cur[d] = -1;
+                cur[d] = [NONE; 3];
                 continue;
             }
-            let mut best = -1;
-            let mut how = LEFT;
-            let up = get(&prev, pl, j);
-            if up > best {
-                best = up;
-                how = UP;
-            }
+            let mut cell = [NONE; 3];
+            let mut how = [M; 3];
+            // M: a match of site i-1 with request j-1, from any state.
             if j > 0 {
-                let diag = get(&prev, pl, j - 1);
+                let p = at(&prev, pl, j - 1);
                 let s = score_of(i - 1, j - 1);
-                if diag >= 0 && s > 0 && diag + s >= best {
-                    best = diag + s;
-                    how = DIAG;
-                }
-                let left = if d > 0 { cur[d - 1] } else { -1 };
-                if left > best {
-                    best = left;
-                    how = LEFT;
+                for state in [M, U, L] {
+                    let v = p[state as usize] + s;
+                    if v > cell[M as usize] {
+                        cell[M as usize] = v;
+                        how[M as usize] = state;
+                    }
                 }
             }
-            cur[d] = best;
-            back[i * width + d] = how;
+            // U: site i-1 skipped, from the cell above.
+            let p = at(&prev, pl, j);
+            for (state, cost) in [(M, GAP_OPEN), (U, GAP_EXTEND), (L, GAP_OPEN)] {
+                let v = p[state as usize] - cost;
+                if v > cell[U as usize] {
+                    cell[U as usize] = v;
+                    how[U as usize] = state;
+                }
+            }
+            // L: request j-1 skipped, from the cell to the left.
+            if d > 0 {
+                let p = cur[d - 1];
+                for (state, cost) in [(M, GAP_OPEN), (U, GAP_OPEN), (L, GAP_EXTEND)] {
+                    let v = p[state as usize] - cost;
+                    if v > cell[L as usize] {
+                        cell[L as usize] = v;
+                        how[L as usize] = state;
+                    }
+                }
+            }
+            for v in &mut cell {
+                *v = (*v).max(NONE);
+            }
+            cur[d] = cell;
+            from[i * width + d] = how;
         }
         std::mem::swap(&mut prev, &mut cur);
     }
     let mut out = vec![None; n];
     let (mut i, mut j) = (m, n);
-    // The end cell may lie outside the last row's band when the two
-    // lengths differ a lot: walk to it through skipped requests.
-    while i > 0 || j > 0 {
-        if i == 0 {
-            break;
-        }
-        let l = lo(i);
-        if j < l || j - l >= width {
-            // Outside the band: skip a site (or a request) toward it.
-            if j < l {
-                i -= 1;
-            } else {
-                j -= 1;
+    // The end: the best state of the last cell (when it lies in the band).
+    let mut state = {
+        let c = at(&prev, lo(m), n);
+        let mut s = M;
+        for t in [U, L] {
+            if c[t as usize] > c[s as usize] {
+                s = t;
             }
+        }
+        s
+    };
+    while i > 0 && j > 0 {
+        let l = lo(i);
+        if j < l {
+            i -= 1;
+            state = U;
             continue;
         }
-        match back[i * width + (j - l)] {
-            DIAG => {
+        if j - l >= width {
+            j -= 1;
+            state = L;
+            continue;
+        }
+        let came = from[i * width + (j - l)][state as usize];
+        match state {
+            M => {
                 out[j - 1] = Some((i - 1) as u32);
                 i -= 1;
                 j -= 1;
             }
-            UP => i -= 1,
-            _ => {
-                if j == 0 {
-                    i -= 1;
-                } else {
-                    j -= 1;
-                }
-            }
+            U => i -= 1,
+            _ => j -= 1,
         }
+        state = came;
     }
     out
 }
@@ -200,6 +251,7 @@ mod tests {
             .iter()
             .map(|&s| Shape {
                 min: s,
+                max: s,
                 capacity: s,
                 stream: 0,
             })
@@ -240,23 +292,26 @@ mod tests {
     }
 
     #[test]
-    fn a_new_shape_takes_the_site_at_the_cursor_when_it_fits() {
+    fn a_new_shape_takes_a_changing_site_at_the_cursor() {
+        let site = |min, max, capacity| Shape {
+            min,
+            max,
+            capacity,
+            stream: 0,
+        };
         let sites = vec![
-            Shape {
-                min: 1000,
-                capacity: 2048,
-                stream: 0,
-            },
-            Shape {
-                min: 64,
-                capacity: 64,
-                stream: 0,
-            },
+            site(1000, 2000, 2048),
+            site(64, 64, 512),
+            site(4096, 4096, 4096),
         ];
-        // 700 is below every recorded size of site 0 but fits it.
+        // 700 is below every recorded size of site 0, and site 0 is known
+        // to change size: it is that tensor at another shape.
         assert_eq!(walk(&sites, &[700, 64]), vec![Some(0), Some(1)]);
-        // Too large for the site at the cursor and bracketed by none.
-        assert_eq!(walk(&sites, &[4096]), vec![None]);
+        // Site 2 always had 4096 bytes: a smaller request is not it.
+        assert_eq!(find(&sites, |s| *s, 2, 1000, 0), None);
+        // A request too large for a changing site still takes it (and is
+        // refused by size when served), keeping the step in step.
+        assert_eq!(find(&sites, |s| *s, 0, 8192, 0), Some(0));
     }
 
     #[test]
@@ -281,15 +336,18 @@ mod tests {
 
     #[test]
     fn offline_alignment_skips_inserted_and_missing_requests() {
-        let sites = shapes(&[100, 200, 300, 400, 500]);
-        let req: Vec<(u64, u32)> = [100, 7, 200, 400, 500].iter().map(|&s| (s, 0)).collect();
+        let sizes: Vec<u64> = (1..=12).map(|i| 100 * i).collect();
+        let sites = shapes(&sizes);
+        // 7 inserted after the first request; the ninth site's request
+        // (900) missing.
+        let mut req: Vec<(u64, u32)> = vec![(100, 0), (7, 0)];
+        req.extend(sizes[1..].iter().filter(|&&s| s != 900).map(|&s| (s, 0)));
         let got = align_steps(&sites, &req);
-        assert_eq!(got[0], Some(0));
-        assert_eq!(got[2], Some(1));
-        assert_eq!(&got[3..], &[Some(3), Some(4)]);
-        // Matches are in order and never share a site.
-        let matched: Vec<u32> = got.iter().flatten().copied().collect();
-        assert!(matched.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(got[1], None, "the inserted request");
+        for (k, &(size, _)) in req.iter().enumerate().filter(|(k, _)| *k != 1) {
+            let site = got[k].expect("matched") as usize;
+            assert_eq!(sizes[site], size, "request {k}");
+        }
     }
 
     #[test]

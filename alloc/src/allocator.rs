@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::exact::ExactPool;
 use crate::fallback::Fallback;
 use crate::metered::Metered;
-use crate::record::{FreedAt, Origin, Records, StepRecord};
+use crate::record::{FreedAt, Life, Origin, Records, StepRecord};
 use crate::site_plan::{self, GUARD};
 use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, PlanWindow, Stats, fragmentation};
@@ -109,6 +109,11 @@ pub struct PlannedAllocator {
     /// needed.
     basis: Vec<StepRecord>,
     phase: Phase,
+    /// An installed plan whose (larger) region is reserved at the next
+    /// step's first request.
+    awaiting_region: Option<site_plan::SitePlan>,
+    /// A plan being made on the planner's thread.
+    pending_plan: Option<std::thread::JoinHandle<(site_plan::SitePlan, Vec<StepRecord>)>>,
     /// Steps begun; the current (or last) step's number.
     step: u64,
     in_step: bool,
@@ -137,6 +142,7 @@ struct Counters {
     requests: u64,
     requests_serving: u64,
     served: u64,
+    served_in_gaps: u64,
     fallback_this_step: u64,
     fallback_last_step: u64,
     fallback_max_step: u64,
@@ -184,6 +190,8 @@ impl PlannedAllocator {
             exact: ExactPool::default(),
             records: Records::new(keep),
             basis: Vec::new(),
+            pending_plan: None,
+            awaiting_region: None,
             phase: if config.warmup_steps == 0 {
                 Phase::Recording
             } else {
@@ -274,10 +282,29 @@ impl PlannedAllocator {
             Origin::OUTSIDE
         };
         let serving = self.phase == Phase::Serving;
+        if serving
+            && self.in_step
+            && let Some(plan) = self.awaiting_region.take()
+        {
+            self.slab = self.reserve_slab(plan);
+            if let Some(slab) = self.slab.as_mut() {
+                slab.begin_step();
+            }
+        }
         if serving && self.in_step {
             self.counters.requests_serving += 1;
-            if let Some(addr) = self.serve_planned(origin, size64, stream) {
-                self.counters.served += 1;
+            let got = match self.serve_planned(origin, size64, stream) {
+                Ok(addr) => {
+                    self.counters.served += 1;
+                    Some(addr)
+                }
+                // A miss of the plan's order or sizes: a gap of the slab
+                // that no live block holds takes it if one is large enough
+                // (no device memory moves), else the fallback does.
+                Err(true) => self.place_in_gap(origin, size64),
+                Err(false) => None,
+            };
+            if let Some(addr) = got {
                 self.comparison.alloc(addr, size64, stream);
                 // The slab is reserved already: only the live bytes move.
                 let c = &mut self.counters;
@@ -289,11 +316,20 @@ impl PlannedAllocator {
         } else if serving {
             self.counters.misses.outside_step += 1;
         }
+        // A recorded request whose counterpart in the step before outlived
+        // its step (a gradient carried to the next zero_grad) gets an exact
+        // region too: the scratch pool then holds only blocks freed by the
+        // step's end, and goes back whole before the slab is reserved.
+        let carried = self.phase == Phase::Recording
+            && self.in_step
+            && self.config.exact_before_plan
+            && self.previous_outlived(origin.k);
         let backing = &mut self.backing;
         // Before the first plan, what may live on (weights, optimizer
         // state, data) gets exact regions; the recorded steps' temporaries a
         // scratch pool that goes back once the slab serves them.
         let got = match (self.phase, self.in_step) {
+            (Phase::Recording, true) if carried => self.exact.malloc(backing, size64, origin),
             (Phase::Warmup, _) | (Phase::Recording, false) if self.config.exact_before_plan => {
                 self.exact.malloc(backing, size64, origin)
             }
@@ -325,6 +361,17 @@ impl PlannedAllocator {
                 None
             }
         }
+    }
+
+    /// Whether request `k` of the step before this one outlived its step.
+    fn previous_outlived(&self, k: u32) -> bool {
+        let Some(prev) = self.step.checked_sub(1) else {
+            return false;
+        };
+        self.records
+            .get(prev)
+            .and_then(|r| r.requests.get(k as usize))
+            .is_some_and(|r| !matches!(r.life(prev, prev), Life::InStep(_)))
     }
 
     /// Frees a block `alloc` gave. Unknown pointers and double frees are
@@ -447,6 +494,10 @@ impl PlannedAllocator {
             t.step_end();
         }
         self.comparison.hand_over();
+        // A plan made on the planner's thread during this step goes in
+        // now; no other plan is decided on at this boundary.
+        let installed = self.pending_plan.is_some();
+        self.install_pending();
         let c = &mut self.counters;
         c.reservations_last_step = self.backing.reservations() - c.reservations_at_step_start;
         let warmup = u64::from(self.config.warmup_steps);
@@ -459,7 +510,7 @@ impl PlannedAllocator {
             }
             Phase::Recording => {
                 let recorded = self.step.saturating_sub(warmup);
-                if recorded >= record {
+                if !installed && recorded >= record {
                     // Shapes that change from step to step: record more
                     // steps (up to `record_steps_changing`) before the
                     // first plan, so that it sees more of their range.
@@ -486,12 +537,21 @@ impl PlannedAllocator {
                 if self.scratch.reserved_bytes() > 0 {
                     self.scratch.release_cached(&mut self.backing);
                 }
+                // A step the plan served whole leaves the fallback's cache
+                // idle (what it cached served misses of earlier steps, or
+                // blocks carried across a re-plan): it goes back, so a
+                // passing miss does not stay reserved beside the slab.
+                if c.fallback_this_step == 0 && self.fallback.cached_bytes() > 0 {
+                    self.fallback.release_cached(&mut self.backing);
+                }
                 if self.step == self.restart_peaks_at {
                     self.counters.plan_peak_live = self.counters.live_bytes;
                     self.counters.plan_peak_reserved = self.backing.current();
                 }
                 let wait = self.config.replan_miss_steps.max(self.replan_wait);
-                if self.miss_streak >= wait {
+                if installed {
+                    self.miss_streak = 0;
+                } else if self.miss_streak >= wait {
                     // Back off when re-plans do not cure the misses (a
                     // program that never repeats itself).
                     self.replan_wait = (wait * 2).min(MAX_REPLAN_WAIT);
@@ -557,6 +617,7 @@ impl PlannedAllocator {
             requests: c.requests,
             requests_after_warmup: c.requests_serving,
             served_from_plan: c.served,
+            served_in_slab_gaps: c.served_in_gaps,
             served_share: if c.requests_serving == 0 {
                 1.0
             } else {
@@ -641,11 +702,18 @@ impl PlannedAllocator {
         &self.exact
     }
 
-    fn serve_planned(&mut self, origin: Origin, size: u64, stream: u32) -> Option<usize> {
-        let slab = self.slab.as_mut()?;
+    fn serve_planned(
+        &mut self,
+        origin: Origin,
+        size: u64,
+        stream: u32,
+    ) -> std::result::Result<usize, bool> {
+        let Some(slab) = self.slab.as_mut() else {
+            return Err(false);
+        };
         if stream != slab.plan.stream {
             self.counters.misses.stream += 1;
-            return None;
+            return Err(false);
         }
         match slab.serve(origin, size, stream) {
             Ok(addr) => {
@@ -662,24 +730,38 @@ impl PlannedAllocator {
                         self.counters.errors.guard_violations += 1;
                     }
                 }
-                Some(addr)
+                Ok(addr)
             }
             Err(Refusal::Order) => {
                 self.counters.misses.order += 1;
-                None
+                Err(true)
             }
             Err(Refusal::Size) => {
                 self.counters.misses.size += 1;
-                None
+                Err(true)
+            }
+            Err(Refusal::Unmatched) => {
+                self.counters.misses.unmatched += 1;
+                Err(true)
             }
             Err(Refusal::Overlap) => {
                 self.counters.misses.overlap += 1;
-                None
+                Err(true)
             }
             // By design: the request outlives its step, the fallback
             // region holds it.
-            Err(Refusal::Unplanned) => None,
+            Err(Refusal::Unplanned) => Err(false),
         }
+    }
+
+    /// Places a missed request in the largest-enough-smallest gap of the
+    /// slab that no live block holds (best fit), counted in
+    /// `served_in_gaps`.
+    fn place_in_gap(&mut self, origin: Origin, size: u64) -> Option<usize> {
+        let slot = site_plan::slot_for(size, self.platform.pad() as u64, false);
+        let addr = self.slab.as_mut()?.place_in_gap(origin, size, slot)?;
+        self.counters.served_in_gaps += 1;
+        Some(addr)
     }
 
     /// Re-plans from the recent steps (the missing one included) and the
@@ -725,9 +807,67 @@ impl PlannedAllocator {
     /// Plans `steps`, reserves the slab (or reuses the region the serving
     /// plan holds) and serves from the next step on.
     fn plan_from(&mut self, steps: Vec<StepRecord>) {
-        let refs: Vec<&StepRecord> = steps.iter().collect();
-        let pad = self.platform.pad() as u64;
-        let plan = site_plan::plan(&refs, self.step, pad, self.checked, PLACEMENT_TIME_LIMIT);
+        let (latest, pad, checked) = (self.step, self.platform.pad() as u64, self.checked);
+        // A re-plan tries to fit the region it would take over.
+        let region = self.slab.as_ref().map(|s| s.region_bytes as u64);
+        let make = move |steps: Vec<StepRecord>| {
+            let refs: Vec<&StepRecord> = steps.iter().collect();
+            let plan = site_plan::plan(&refs, latest, pad, checked, PLACEMENT_TIME_LIMIT, region);
+            (plan, steps)
+        };
+        let requests: usize = steps.iter().map(|s| s.requests.len()).sum();
+        if requests >= self.config.background_plan_requests as usize {
+            // Made while the next step runs; swapped in at its end.
+            match std::thread::Builder::new()
+                .name("tensor-arena-planner".to_owned())
+                .spawn(move || make(steps))
+            {
+                Ok(handle) => self.pending_plan = Some(handle),
+                Err(_) => self.error(Kind::Replan, || {
+                    "no thread could be started for the planner; no plan was made".to_owned()
+                }),
+            }
+            return;
+        }
+        let (plan, steps) = make(steps);
+        self.install(plan, steps);
+    }
+
+    /// Reserves a region for `plan` and serves it from there; `None` (the
+    /// fallback serves) when the backing refuses.
+    fn reserve_slab(&mut self, plan: site_plan::SitePlan) -> Option<PlannedSlab> {
+        let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
+        match self.backing.reserve(bytes) {
+            Ok(base) => {
+                if self.checked {
+                    let _ = self.backing.fill(base, bytes, POISON_BYTE);
+                }
+                Some(PlannedSlab::new(plan, base, bytes))
+            }
+            Err(e) => {
+                self.error(Kind::Replan, || {
+                    format!("the plan's {bytes}-byte slab could not be reserved: {e}; the fallback serves")
+                });
+                None
+            }
+        }
+    }
+
+    /// Swaps in a plan made on the planner's thread (waiting for it).
+    fn install_pending(&mut self) {
+        if let Some(handle) = self.pending_plan.take() {
+            match handle.join() {
+                Ok((plan, steps)) => self.install(plan, steps),
+                Err(_) => self.error(Kind::Replan, || {
+                    "the planner's thread panicked; the plan serving stays".to_owned()
+                }),
+            }
+        }
+    }
+
+    /// Reserves the slab for `plan` (or reuses the region the serving plan
+    /// holds) and serves from the next step on.
+    fn install(&mut self, plan: site_plan::SitePlan, steps: Vec<StepRecord>) {
         // A re-plan that lands on the plan it replaces keeps the slab: its
         // live blocks stay valid, nothing is reserved.
         if self
@@ -750,34 +890,35 @@ impl PlannedAllocator {
             // where they are and the new plan's sites avoid them until
             // they are freed. Nothing is reserved.
             Some(old) if old.region_bytes >= bytes => PlannedSlab::take_over(plan, old),
-            old => {
-                // A larger region: the old one goes first when nothing
-                // lives in it, so the two are never held at once; blocks
-                // it still holds keep it (retiring) until they are freed.
-                if let Some(old) = old {
-                    if old.live_count() == 0 {
-                        self.backing.release(old.base);
-                    } else {
-                        self.retiring.push(old);
-                    }
+            Some(old) => {
+                // A larger region. The old one goes when nothing lives in
+                // it; blocks it still holds (carried into the next step)
+                // keep it, retiring, until they are freed. The new region
+                // is reserved at the next step's first request, by when a
+                // loop that frees its gradients first (zero_grad at the
+                // top) has let the old one go: the two are not held at
+                // once.
+                if old.live_count() == 0 {
+                    self.backing.release(old.base);
+                } else {
+                    self.retiring.push(old);
                 }
-                match self.backing.reserve(bytes) {
-                    Ok(base) => {
-                        if self.checked {
-                            let _ = self.backing.fill(base, bytes, POISON_BYTE);
-                        }
-                        PlannedSlab::new(plan, base, bytes)
-                    }
-                    Err(e) => {
-                        self.error(Kind::Replan, || {
-                            format!("the plan's {bytes}-byte slab could not be reserved: {e}; the fallback serves")
-                        });
-                        return;
-                    }
-                }
+                self.awaiting_region = Some(plan);
+                self.finish_install(steps);
+                return;
             }
+            None => match self.reserve_slab(plan) {
+                Some(slab) => slab,
+                None => return,
+            },
         };
         self.slab = Some(slab);
+        self.finish_install(steps);
+    }
+
+    /// What every installed plan does: its steps become the basis, the
+    /// allocator serves, the peaks of the plan's window restart.
+    fn finish_install(&mut self, steps: Vec<StepRecord>) {
         self.basis = steps;
         self.phase = Phase::Serving;
         self.counters.plans += 1;

@@ -100,6 +100,13 @@ pub struct Config {
     /// Steps kept for re-planning (the recent ones, the missing step
     /// included).
     pub recent_steps: u32,
+    /// Plans of steps that made at least this many requests in all are
+    /// made on a thread of their own while the next step runs, and swapped
+    /// in at the end of that step (waiting for the planner there only if it
+    /// has not finished): a re-plan inside a large model's step does not
+    /// stall it. Smaller plans take milliseconds and are made at the
+    /// boundary itself.
+    pub background_plan_requests: u32,
     /// Before the first plan, give requests outside steps and in warm-up
     /// steps a backing region each (one device call per request, before
     /// the plan only) instead of a caching pool, so that what the loop
@@ -135,6 +142,7 @@ impl Default for Config {
             record_steps_changing: 6,
             replan_miss_steps: 1,
             recent_steps: 4,
+            background_plan_requests: 20_000,
             exact_before_plan: true,
             checked: None,
             log_errors: true,

@@ -112,6 +112,13 @@ impl Fallback {
         self.blocks.len()
     }
 
+    /// Bytes the fallback holds from the backing but no live block uses
+    /// (its cache).
+    pub fn cached_bytes(&self) -> u64 {
+        let s = self.model.stats();
+        s.reserved_bytes.current - s.allocated_bytes.current
+    }
+
     /// Bytes the fallback holds from the backing.
     pub fn reserved_bytes(&self) -> u64 {
         self.model.stats().reserved_bytes.current

@@ -38,7 +38,7 @@
 //! ```
 #![deny(unsafe_code)]
 
-mod align;
+pub mod align;
 mod allocator;
 pub mod backing;
 mod comparison;

@@ -33,8 +33,8 @@ pub fn text(s: &Stats, platform: &str) -> String {
     let m = &s.misses;
     let _ = writeln!(
         out,
-        "misses: size {}, order {}, overlap {}, other stream {}, outside a step {}",
-        m.size, m.order, m.overlap, m.stream, m.outside_step
+        "misses: size {}, order {}, unmatched {}, overlap {}, other stream {}, outside a step {}",
+        m.size, m.order, m.unmatched, m.overlap, m.stream, m.outside_step
     );
     let _ = writeln!(
         out,

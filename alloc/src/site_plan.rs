@@ -16,6 +16,9 @@ pub const GRANULE: u64 = 512;
 /// Plans of at most this many slots are validated after placement.
 const VALIDATE_MAX: usize = 50_000;
 
+/// Search nodes a re-plan may spend fitting the region it would reuse.
+const SEARCH_NODES: u64 = 200_000;
+
 /// Checked mode's guard zone at the end of every slot.
 pub const GUARD: u64 = 512;
 
@@ -47,6 +50,9 @@ pub struct Site {
     /// The smallest request recorded at it (with `capacity`, what the
     /// matcher of [`crate::align`] compares a request with).
     pub min_size: u64,
+    /// The largest request recorded at it (before rounding and growth
+    /// room).
+    pub max_size: u64,
     /// The stream its requests were recorded on.
     pub stream: u32,
     /// Why it has no slot, if it has none.
@@ -59,6 +65,7 @@ impl Site {
     pub fn shape(&self) -> Shape {
         Shape {
             min: self.min_size,
+            max: self.max_size,
             capacity: self.capacity,
             stream: self.stream,
         }
@@ -156,6 +163,7 @@ fn merge(steps: &[&StepRecord]) -> Merged {
             .iter()
             .map(|r| Shape {
                 min: r.size,
+                max: r.size,
                 capacity: r.size,
                 stream: r.stream,
             })
@@ -177,7 +185,8 @@ fn merge(steps: &[&StepRecord]) -> Merged {
                 Some(j) => {
                     let s = &mut shapes[j as usize];
                     s.min = s.min.min(size);
-                    s.capacity = s.capacity.max(size);
+                    s.max = s.max.max(size);
+                    s.capacity = s.max;
                     assign.push(Assign::Site(j));
                     cursor = j as usize + 1;
                 }
@@ -217,6 +226,7 @@ fn merge(steps: &[&StepRecord]) -> Merged {
                 new_of_request[k] = new_shapes.len() as u32;
                 new_shapes.push(Shape {
                     min: r.size,
+                    max: r.size,
                     capacity: r.size,
                     stream: r.stream,
                 });
@@ -230,6 +240,7 @@ fn merge(steps: &[&StepRecord]) -> Merged {
             new_of_request[k] = new_shapes.len() as u32;
             new_shapes.push(Shape {
                 min: r.size,
+                max: r.size,
                 capacity: r.size,
                 stream: r.stream,
             });
@@ -262,6 +273,7 @@ pub fn plan(
     pad: u64,
     checked: bool,
     time_limit: Duration,
+    capacity: Option<u64>,
 ) -> SitePlan {
     let Merged { shapes, maps } = merge(steps);
     let n = shapes.len();
@@ -318,10 +330,10 @@ pub fn plan(
         // changing shape (a sequence length): it gets room to grow, the
         // next bucket of four per power of two (at most 25% more), so that
         // a somewhat longer step still fits.
-        let max_size = if shape.min < shape.capacity {
-            bucket(shape.capacity)
+        let max_size = if shape.min < shape.max {
+            bucket(shape.max)
         } else {
-            shape.capacity
+            shape.max
         };
         let capacity = slot_for(max_size, pad, false) - pad;
         let slot = slot_for(max_size, pad, checked);
@@ -354,12 +366,22 @@ pub fn plan(
             slot,
             capacity,
             min_size: shape.min,
+            max_size: shape.max,
             stream: shape.stream,
             unplanned,
         });
     }
     let start = std::time::Instant::now();
-    let strategy = Strategy::default().with_time_limit(time_limit);
+    // With a capacity (the region a re-plan would reuse), the search tries
+    // to fit it, within a node budget so that a replay of the same trace
+    // makes the same plan.
+    let strategy = match capacity {
+        Some(c) => Strategy::default()
+            .with_capacity(c as usize)
+            .with_node_limit(SEARCH_NODES),
+        None => Strategy::default(),
+    }
+    .with_time_limit(time_limit);
     let (offsets, optimal) = match placement::solve(&intervals, &strategy) {
         // Slots are whole granules, so every placement the planner makes
         // is granule-aligned; the check keeps that a fact, not a hope.
@@ -559,7 +581,7 @@ mod tests {
             })
             .collect();
         let refs: Vec<&StepRecord> = steps.iter().collect();
-        let plan = plan(&refs, 3, 0, true, Duration::from_secs(1));
+        let plan = plan(&refs, 3, 0, true, Duration::from_secs(1), None);
         assert!(plan.sites[1].alternate.is_some());
         assert_eq!(plan.sites[2].unplanned, Some(Unplanned::Outlives));
         assert_eq!(plan.sites[2].alternate, None);

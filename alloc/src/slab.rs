@@ -6,6 +6,8 @@
 //! sites sorted by offset answers (live blocks are disjoint, so the live
 //! site starting last below the new block's end is the only candidate).
 
+use std::collections::HashMap;
+
 use crate::align;
 use crate::live_set::LiveSet;
 use crate::record::Origin;
@@ -33,6 +35,14 @@ pub struct PlannedSlab {
     live_count: usize,
     /// The step's cursor over the sites ([`crate::align`]).
     cursor: usize,
+    /// Sites that always had one size, by that size, in site order: where
+    /// a step that left the plan's order (a block of requests the plan does
+    /// not know, longer than the matcher's window) finds its place again.
+    fixed_by_size: HashMap<(u64, u32), Vec<u32>>,
+    /// The site the last unmatched request would have matched further on:
+    /// a second unmatched request matching just after it moves the cursor
+    /// there.
+    resync: Option<usize>,
     /// Blocks of an earlier plan that were alive in this region when this
     /// plan took it over: `(offset, end, origin, bytes)`. Served sites
     /// must not overlap them; they are few and freed early in the next
@@ -56,8 +66,11 @@ pub struct SlabBlock {
 /// Why a planned site could not be served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// The request index is beyond the plan.
+    /// Every site of the plan was taken already this step.
     Order,
+    /// No site at or after the cursor matches the request: one the plan
+    /// does not know.
+    Unmatched,
     /// The site has no slot (its request outlived steps, or another
     /// stream).
     Unplanned,
@@ -112,6 +125,15 @@ impl PlannedSlab {
                 p[1] = p[0];
             }
         }
+        let mut fixed_by_size: HashMap<(u64, u32), Vec<u32>> = HashMap::new();
+        for (k, site) in plan.sites.iter().enumerate() {
+            if site.min_size == site.max_size {
+                fixed_by_size
+                    .entry((site.min_size, site.stream))
+                    .or_default()
+                    .push(k as u32);
+            }
+        }
         let n = by_offset.len();
         let end_bound = by_offset
             .iter()
@@ -128,6 +150,8 @@ impl PlannedSlab {
             live_block: vec![(Origin::OUTSIDE, 0); n],
             live_count: carried.len(),
             cursor: 0,
+            fixed_by_size,
+            resync: None,
             carried,
         }
     }
@@ -140,6 +164,26 @@ impl PlannedSlab {
     /// A step begins: the cursor goes back to the first site.
     pub fn begin_step(&mut self) {
         self.cursor = 0;
+        self.resync = None;
+    }
+
+    /// The site past the cursor, beyond the matcher's window, that a
+    /// request left unmatched rejoins the plan at: when the previous
+    /// unmatched request pointed just before it (two in a row agree), the
+    /// step has moved on to that part of the plan.
+    fn rejoin(&mut self, size: u64, stream: u32) -> Option<usize> {
+        /// How far apart two agreeing unmatched requests may point.
+        const AGREE: usize = 8;
+        let sites = self.fixed_by_size.get(&(size, stream))?;
+        let next = sites.partition_point(|&k| (k as usize) < self.cursor);
+        let Some(&j) = sites.get(next) else {
+            self.resync = None;
+            return None;
+        };
+        let j = j as usize;
+        let agreed = self.resync.is_some_and(|r| r < j && j <= r + AGREE);
+        self.resync = Some(j);
+        agreed.then_some(j)
     }
 
     /// Live blocks in the slab.
@@ -153,17 +197,24 @@ impl PlannedSlab {
     /// moves the cursor past it.
     pub fn serve(&mut self, origin: Origin, size: u64, stream: u32) -> Result<usize, Refusal> {
         let sites = &self.plan.sites;
-        let Some(k) = align::find(sites, |s| s.shape(), self.cursor, size, stream) else {
-            return Err(if self.cursor >= sites.len() {
+        let found = align::find(sites, |s| s.shape(), self.cursor, size, stream);
+        let Some(k) = found.or_else(|| self.rejoin(size, stream)) else {
+            return Err(if self.cursor >= self.plan.sites.len() {
                 Refusal::Order
             } else {
-                Refusal::Size
+                Refusal::Unmatched
             });
         };
+        if found.is_some() {
+            self.resync = None;
+        }
         self.cursor = k + 1;
-        let site = sites[k];
+        let site = self.plan.sites[k];
         if site.unplanned.is_some() {
             return Err(Refusal::Unplanned);
+        }
+        if size > site.capacity {
+            return Err(Refusal::Size);
         }
         let pos = self.position[k][(origin.step % 2) as usize] as usize;
         let (offset, end, _) = self.by_offset[pos];
@@ -183,6 +234,42 @@ impl PlannedSlab {
         self.live_block[pos] = (origin, size);
         self.live_count += 1;
         Ok(self.base + offset as usize)
+    }
+
+    /// Places a block of `slot` bytes (`size` asked for) for `origin` in
+    /// the smallest gap of the region that no live block holds and that is
+    /// large enough (best fit); its address, or `None` when no gap fits.
+    /// Such a block is tracked like a block carried from an earlier plan:
+    /// planned sites that overlap it wait until it is freed.
+    pub fn place_in_gap(&mut self, origin: Origin, size: u64, slot: u64) -> Option<usize> {
+        let mut live: Vec<(u64, u64)> = self.carried.iter().map(|c| (c.0, c.1)).collect();
+        live.extend(
+            self.by_offset
+                .iter()
+                .enumerate()
+                .filter(|(p, _)| self.live.contains(*p))
+                .map(|(_, &(o, e, _))| (o, e)),
+        );
+        live.sort_unstable();
+        let region = self.region_bytes as u64;
+        let (mut at, mut best): (u64, Option<(u64, u64)>) = (0, None);
+        let mut consider = |start: u64, end: u64| {
+            let len = end.saturating_sub(start);
+            if len >= slot && best.is_none_or(|(_, l)| len < l) {
+                best = Some((start, len));
+            }
+        };
+        for &(o, e) in &live {
+            if o > at {
+                consider(at, o);
+            }
+            at = at.max(e);
+        }
+        consider(at, region);
+        let (offset, _) = best?;
+        self.carried.push((offset, offset + slot, origin, size));
+        self.live_count += 1;
+        Some(self.base + offset as usize)
     }
 
     /// Frees the live block at `addr`; `None` when no live block starts

@@ -8,8 +8,11 @@ use serde::Serialize;
 pub struct Misses {
     /// Larger than the site's recorded largest.
     pub size: u64,
-    /// Beyond the recorded steps' request count.
+    /// After every site of the plan was taken this step.
     pub order: u64,
+    /// A request matching no site at or after the step's cursor (one the
+    /// plan does not know: a code path the recorded steps did not take).
+    pub unmatched: u64,
     /// A live block held some of the site's bytes.
     pub overlap: u64,
     /// On a stream other than the planned one.
@@ -19,9 +22,9 @@ pub struct Misses {
 }
 
 impl Misses {
-    /// Misses a re-plan can cure (size, order, overlap).
+    /// Misses a re-plan can cure (size, order, unmatched, overlap).
     pub fn curable(&self) -> u64 {
-        self.size + self.order + self.overlap
+        self.size + self.order + self.unmatched + self.overlap
     }
 }
 
@@ -90,6 +93,10 @@ pub struct Stats {
     pub requests_after_warmup: u64,
     /// Of those, served from the plan.
     pub served_from_plan: u64,
+    /// Of the others (misses of the plan's order and sizes), served in a
+    /// gap of the slab no live block held: no device memory, but not the
+    /// plan either (not counted in `served_share`).
+    pub served_in_slab_gaps: u64,
     /// `served_from_plan / requests_after_warmup` (1 when there were none).
     pub served_share: f64,
     /// Fallback allocations in the last serving step.

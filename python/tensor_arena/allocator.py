@@ -405,23 +405,36 @@ class PlannedAllocator:
         return self._lib.check(self._lib.dll.tensor_arena_reset(), "tensor_arena_reset")
 
     def summary(self, stats=None):
-        """Two lines: the share served from the plan, fallback allocations per step and the
-        slab against the lower bound; then fragmentation beside the caching model's."""
+        """Three lines: the share served from the plan, fallback allocations per step and the
+        slab against the lower bound; fragmentation over the whole run beside the caching
+        allocator model's over the same run; and the whole-run line
+        ``whole run: peak reserved P MiB planned vs C MiB caching allocator model (E MiB with
+        expandable segments)``. Every figure covers the whole run (warm-up, recording and
+        every re-plan), from the process's first request on."""
         s = self.stats() if stats is None else stats
-        cm = s["caching_model"]
+        cm, em = s["caching_model"], s["expandable_model"]
         first = (
             f"served from the plan: {_percent_floor(s['served_share'])} of "
             f"{s['requests_after_warmup']} requests after warm-up; "
             f"fallback allocations per step: {s['fallback_allocations_max_step']}; "
             f"slab {_mib(s['slab_bytes'])} = {s['slab_ratio']:.4f} x lower bound"
         )
-        second = (
-            f"fragmentation: {s['fragmentation'] * 100:.2f}% planned "
-            f"(peak reserved {_mib(s['peak_reserved_bytes'])}, peak live {_mib(s['peak_live_bytes'])}) "
-            f"vs {cm['fragmentation'] * 100:.2f}% for the caching allocator model of the same steps "
-            f"(peak reserved {_mib(cm['peak_reserved_bytes'])})"
+        if s["peak_reserved_bytes"] > 0:
+            second = (
+                f"fragmentation over the whole run: {s['fragmentation'] * 100:.2f}% planned "
+                f"(peak reserved {_mib(s['peak_reserved_bytes'])}, peak live {_mib(s['peak_live_bytes'])}) "
+                f"vs {cm['fragmentation'] * 100:.2f}% for the caching allocator model of the same run "
+                f"(peak reserved {_mib(cm['peak_reserved_bytes'])})"
+            )
+        else:
+            second = "fragmentation over the whole run: nothing reserved yet"
+        mib = 1 << 20
+        third = (
+            f"whole run: peak reserved {s['peak_reserved_bytes'] / mib:.2f} MiB planned vs "
+            f"{cm['peak_reserved_bytes'] / mib:.2f} MiB caching allocator model "
+            f"({em['peak_reserved_bytes'] / mib:.2f} MiB with expandable segments)"
         )
-        return f"{first}\n{second}"
+        return f"{first}\n{second}\n{third}"
 
     def __repr__(self):
         state = "installed" if self._installed else "not installed"

@@ -25,8 +25,12 @@ SUMMARY = re.compile(
     r"fallback allocations per step: (?P<f>\d+); slab (?P<s>[0-9.]+) MiB = (?P<r>[0-9.]+) x lower bound$"
 )
 FRAGMENTATION = re.compile(
-    r"^fragmentation: (?P<planned>[0-9.]+)% planned .* vs (?P<caching>[0-9.]+)% for the caching "
-    r"allocator model of the same steps .*$"
+    r"^fragmentation over the whole run: (?P<planned>[0-9.]+)% planned .* vs (?P<caching>[0-9.]+)% "
+    r"for the caching allocator model of the same run .*$"
+)
+WHOLE_RUN = re.compile(
+    r"^whole run: peak reserved (?P<p>[0-9.]+) MiB planned vs (?P<c>[0-9.]+) MiB caching allocator "
+    r"model \((?P<e>[0-9.]+) MiB with expandable segments\)$"
 )
 
 
@@ -100,16 +104,23 @@ def test_fixed_length_gpt2_is_served_from_the_plan_with_identical_losses(env, tm
     assert st["lower_bound"] > 0 and st["slab_bytes"] >= st["lower_bound"]
     assert st["slab_ratio"] <= 1.01, st
     assert st["errors"] == {k: 0 for k in st["errors"]}
-    # The run ends with the two lines the issue names, with the measured values.
-    m = SUMMARY.match(lines[-2])
-    assert m, lines[-2]
+    # The run ends with the summary's lines, with the measured values.
+    m = SUMMARY.match(lines[-3])
+    assert m, lines[-3]
     assert m["p"] == "100.00" and int(m["n"]) == st["requests_after_warmup"] and m["f"] == "0"
     assert abs(float(m["r"]) - st["slab_ratio"]) < 1e-4
-    f = FRAGMENTATION.match(lines[-1])
-    assert f, lines[-1]
+    f = FRAGMENTATION.match(lines[-2])
+    assert f, lines[-2]
     assert abs(float(f["planned"]) - 100 * st["fragmentation"]) < 0.006
     assert abs(float(f["caching"]) - 100 * st["caching_model"]["fragmentation"]) < 0.006
-    assert "bit-identical" in lines[-3]
+    w = WHOLE_RUN.match(lines[-1])
+    assert w, lines[-1]
+    mib = 1 << 20
+    assert abs(float(w["p"]) - st["peak_reserved_bytes"] / mib) < 0.006
+    assert abs(float(w["c"]) - st["caching_model"]["peak_reserved_bytes"] / mib) < 0.006
+    assert abs(float(w["e"]) - st["expandable_model"]["peak_reserved_bytes"] / mib) < 0.006
+    assert st["peak_reserved_bytes"] >= st["reserved_bytes"]
+    assert "bit-identical" in lines[-4]
 
 
 def test_random_lengths_then_a_longer_step_replans_once_and_hits_again(env, tmp_path):

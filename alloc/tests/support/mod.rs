@@ -1,6 +1,8 @@
 //! Shared helpers of the allocator's integration tests.
 #![allow(dead_code)]
 
+/// The recorded loops of the allocator suite.
+pub mod loops;
 use tensor_arena_alloc::{Config, PlannedAllocator};
 
 /// A CPU allocator with the given policy keys (JSON object body).

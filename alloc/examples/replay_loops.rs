@@ -1,0 +1,77 @@
+//! Replays the recorded training loops (alloc/tests/data/loops/*.csv.gz)
+//! through the policy and prints, per loop, the whole-run figures the
+//! allocator suite reports: peak reserved of the planned run against the
+//! caching-allocator model (platform defaults, and expandable segments)
+//! fed the same requests, served share after warm-up, re-plans and the
+//! most fallback allocations in one serving step. A policy change is
+//! judged with it in seconds, without torch.
+//!
+//! ```sh
+//! cargo run --release -p tensor-arena-alloc --example replay_loops [POLICY_JSON]
+//! ```
+
+#[path = "../tests/support/loops.rs"]
+mod loops;
+
+use tensor_arena_alloc::Config;
+use tensor_arena_alloc::replay::{self, ReplayConfig};
+
+fn main() {
+    let policy = std::env::args().nth(1).unwrap_or_default();
+    let policy = match Config::from_json(&policy) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    println!(
+        "| loop | steps | planned MiB | caching MiB | expandable MiB | planned/caching | planned/expandable | served | re-plans | fallback max/step | slab/LB |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut logs = (0.0f64, 0.0f64, 0usize);
+    for (name, events) in loops::all() {
+        let config = ReplayConfig {
+            policy: policy.clone(),
+            capacity: None,
+        };
+        let p = match replay::replay(&events, &config) {
+            Ok(p) => p,
+            Err(e) => {
+                println!("| {name} | error: {e} |");
+                continue;
+            }
+        };
+        let s = &p.stats;
+        let (c, e) = (
+            s.caching_model.peak_reserved_bytes,
+            s.expandable_model.peak_reserved_bytes,
+        );
+        let (rc, re) = (
+            p.peak_reserved_bytes as f64 / c.max(1) as f64,
+            p.peak_reserved_bytes as f64 / e.max(1) as f64,
+        );
+        logs = (logs.0 + rc.ln(), logs.1 + re.ln(), logs.2 + 1);
+        println!(
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {rc:.3} | {re:.3} | {:.2}% | {} | {} | {:.3} |",
+            p.steps,
+            mib(p.peak_reserved_bytes),
+            mib(c),
+            mib(e),
+            100.0 * p.served_share,
+            p.replans,
+            p.fallback_allocations_max_step,
+            s.slab_ratio,
+        );
+    }
+    if logs.2 > 0 {
+        let n = logs.2 as f64;
+        println!(
+            "\ngeometric mean: planned/caching {:.3}, planned/expandable {:.3} over {} loops",
+            (logs.0 / n).exp(),
+            (logs.1 / n).exp(),
+            logs.2
+        );
+    }
+}

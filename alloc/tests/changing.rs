@@ -1,0 +1,153 @@
+//! Loops that do not repeat themselves exactly: inserted and missing
+//! requests, an eval pass every few steps, plans made off the training
+//! thread, misses placed in the slab's gaps, and the whole-run figures.
+
+mod support;
+
+use support::cpu;
+use tensor_arena_alloc::PlannedAllocator;
+
+/// A forward/backward-like step: `n` activations kept to the end, a
+/// temporary after each, `extra` requests of 3000 bytes first (an eval
+/// pass, data made in another order).
+fn step(a: &mut PlannedAllocator, n: usize, extra: usize) {
+    a.step_begin().unwrap();
+    for _ in 0..extra {
+        let x = a.alloc(3000, 0, 0).unwrap();
+        a.free(x);
+    }
+    let mut acts = Vec::new();
+    for i in 0..n {
+        acts.push(a.alloc(65_536 * (i % 4 + 1), 0, 0).unwrap());
+        let t = a.alloc(10_000 + 512 * i, 0, 0).unwrap();
+        a.free(t);
+    }
+    for x in acts.into_iter().rev() {
+        a.free(x);
+    }
+    a.step_end().unwrap();
+}
+
+#[test]
+fn an_inserted_request_is_one_miss_and_the_rest_of_the_step_is_served() {
+    let mut a = cpu("");
+    for _ in 0..4 {
+        step(&mut a, 12, 0);
+    }
+    let before = a.stats();
+    assert_eq!(before.served_from_plan, before.requests_after_warmup);
+    // One request the plan does not know, in the middle of the step.
+    a.step_begin().unwrap();
+    let mut acts = Vec::new();
+    for i in 0..12 {
+        if i == 6 {
+            let odd = a.alloc(777_777, 0, 0).unwrap();
+            a.free(odd);
+        }
+        acts.push(a.alloc(65_536 * (i % 4 + 1), 0, 0).unwrap());
+        let t = a.alloc(10_000 + 512 * i, 0, 0).unwrap();
+        a.free(t);
+    }
+    for x in acts.into_iter().rev() {
+        a.free(x);
+    }
+    a.step_end().unwrap();
+    let s = a.stats();
+    assert_eq!(s.requests_after_warmup - before.requests_after_warmup, 25);
+    assert_eq!(
+        s.served_from_plan - before.served_from_plan,
+        24,
+        "every request but the inserted one: {:?}",
+        s.misses
+    );
+}
+
+#[test]
+fn an_eval_pass_every_few_steps_is_planned_after_one_replan() {
+    let mut a = cpu("");
+    for i in 0..30 {
+        step(&mut a, 10, if i % 5 == 4 { 40 } else { 0 });
+    }
+    let s = a.stats();
+    assert!(s.replans <= 2, "{s:?}");
+    // The last ten steps, two of them with the eval pass, all planned.
+    let served = s.served_from_plan;
+    let asked = s.requests_after_warmup;
+    for i in 30..40 {
+        step(&mut a, 10, if i % 5 == 4 { 40 } else { 0 });
+    }
+    let s = a.stats();
+    assert_eq!(
+        s.served_from_plan - served,
+        s.requests_after_warmup - asked,
+        "{s:?}"
+    );
+    assert_eq!(s.fallback_allocations_last_step, 0);
+}
+
+#[test]
+fn a_plan_made_off_the_thread_is_swapped_in_at_the_next_boundary() {
+    // Every plan on the planner's thread; the same loop planned inline.
+    let mut bg = cpu(r#""background_plan_requests": 1"#);
+    let mut inline = cpu("");
+    for _ in 0..3 {
+        step(&mut bg, 8, 0);
+        step(&mut inline, 8, 0);
+    }
+    // Planned at the end of step 3 inline; made then, installed at the end
+    // of step 4 in the background.
+    assert_eq!(inline.stats().plans, 1);
+    assert_eq!(bg.stats().plans, 0);
+    step(&mut bg, 8, 0);
+    assert_eq!(bg.stats().plans, 1);
+    for _ in 0..4 {
+        step(&mut bg, 8, 0);
+        step(&mut inline, 8, 0);
+    }
+    let (b, i) = (bg.stats(), inline.stats());
+    assert_eq!(b.slab_bytes, i.slab_bytes, "the same plan");
+    assert_eq!(b.served_share, 1.0);
+    assert_eq!(b.misses.curable(), 0);
+}
+
+#[test]
+fn misses_go_to_the_slabs_gaps_before_device_memory() {
+    let mut a = cpu("");
+    for _ in 0..4 {
+        step(&mut a, 12, 0);
+    }
+    let before = a.stats();
+    // Requests the plan does not know, small enough for the slab's free
+    // space at the top of a step: no device memory moves.
+    a.step_begin().unwrap();
+    let odd: Vec<usize> = (0..5).map(|i| a.alloc(1000 + i, 0, 0).unwrap()).collect();
+    for p in odd {
+        a.free(p);
+    }
+    a.step_end().unwrap();
+    let s = a.stats();
+    assert_eq!(s.served_in_slab_gaps - before.served_in_slab_gaps, 5);
+    assert_eq!(s.backing_reservations, before.backing_reservations);
+    assert_eq!(s.fallback_allocations_last_step, 0);
+}
+
+#[test]
+fn whole_run_figures_cover_every_request_and_never_fall_below_now() {
+    let mut a = cpu("");
+    let w = a.alloc(5 << 20, 0, 0).unwrap(); // weights, before any step
+    for i in 0..12 {
+        step(&mut a, 6 + i % 3, 0);
+        let s = a.stats();
+        assert!(s.peak_reserved_bytes >= s.reserved_bytes, "{s:?}");
+        assert!(s.peak_live_bytes >= 5 << 20);
+        assert_eq!(s.caching_model.peak_live_bytes, s.peak_live_bytes);
+        assert_eq!(s.expandable_model.peak_live_bytes, s.peak_live_bytes);
+        if let Some(w) = s.current_plan {
+            assert!(w.peak_reserved_bytes <= s.peak_reserved_bytes);
+        }
+    }
+    a.free(w);
+    let text = tensor_arena_alloc::report::text(&a.stats(), "cuda");
+    assert!(text.contains("whole run: peak reserved"), "{text}");
+    assert!(!text.contains("NaN"), "{text}");
+}
