@@ -25,6 +25,10 @@ use crate::trace::{TraceLog, TracedBacking};
 /// bound).
 const PLACEMENT_TIME_LIMIT: Duration = Duration::from_secs(5);
 
+/// Requests of a step served from exact regions at most while a new
+/// region waits for the blocks carried into the step to be freed.
+const ACTIVATE_WAIT: u32 = 64;
+
 /// The most recorded steps a plan is made from (the recent ones and the
 /// largest of those earlier plans were made from).
 const MAX_PLAN_STEPS: usize = 8;
@@ -108,7 +112,14 @@ pub struct PlannedAllocator {
     /// The steps the serving plan was made from: a re-plan keeps what they
     /// needed.
     basis: Vec<StepRecord>,
+    /// The basis was copied before its latest step's carried blocks were
+    /// freed: it is copied again from the records at the next step end.
+    basis_stale: bool,
     phase: Phase,
+    /// Live bytes allocated in the step before this one, and in this one
+    /// (requests inside steps only).
+    live_prev_bytes: u64,
+    live_this_bytes: u64,
     /// An installed plan whose (larger) region is reserved at the next
     /// step's first request.
     awaiting_region: Option<site_plan::SitePlan>,
@@ -190,8 +201,11 @@ impl PlannedAllocator {
             exact: ExactPool::default(),
             records: Records::new(keep),
             basis: Vec::new(),
+            basis_stale: false,
             pending_plan: None,
             awaiting_region: None,
+            live_prev_bytes: 0,
+            live_this_bytes: 0,
             phase: if config.warmup_steps == 0 {
                 Phase::Recording
             } else {
@@ -264,6 +278,9 @@ impl PlannedAllocator {
             return None;
         }
         let addr = self.alloc_inner(size, stream);
+        if addr.is_some() && self.in_step {
+            self.live_this_bytes += size as u64;
+        }
         if let Some(t) = &self.trace {
             t.alloc(addr, size, stream);
         }
@@ -282,13 +299,31 @@ impl PlannedAllocator {
             Origin::OUTSIDE
         };
         let serving = self.phase == Phase::Serving;
-        if serving
-            && self.in_step
-            && let Some(plan) = self.awaiting_region.take()
-        {
-            self.slab = self.reserve_slab(plan);
-            if let Some(slab) = self.slab.as_mut() {
-                slab.begin_step();
+        if serving && self.in_step && self.awaiting_region.is_some() {
+            // The new region is reserved once the blocks carried from the
+            // step before (gradients up to zero_grad) are freed and the
+            // regions holding them gone, or after a few requests at most;
+            // until then requests get exact regions, so the two are not
+            // held at once.
+            let slab_bytes = self.awaiting_region.as_ref().map_or(0, |p| p.slab_bytes);
+            let carried_gone =
+                self.live_prev_bytes.saturating_mul(16) <= slab_bytes && self.retiring.is_empty();
+            if carried_gone || self.clock > ACTIVATE_WAIT {
+                if let Some(plan) = self.awaiting_region.take() {
+                    self.slab = self.reserve_slab(plan);
+                    if let Some(slab) = self.slab.as_mut() {
+                        slab.begin_step();
+                    }
+                }
+            } else {
+                let got = self.exact.malloc(&mut self.backing, size64, origin);
+                if let Some(addr) = got {
+                    self.comparison.alloc(addr, size64, stream);
+                    self.counters.requests_serving += 1;
+                    self.counters.fallback_this_step += 1;
+                    self.add_live(size64);
+                }
+                return got;
             }
         }
         if serving && self.in_step {
@@ -329,7 +364,9 @@ impl PlannedAllocator {
         // state, data) gets exact regions; the recorded steps' temporaries a
         // scratch pool that goes back once the slab serves them.
         let got = match (self.phase, self.in_step) {
-            (Phase::Recording, true) if carried => self.exact.malloc(backing, size64, origin),
+            (Phase::Recording, true) if carried || self.config.exact_before_plan => {
+                self.exact.malloc(backing, size64, origin)
+            }
             (Phase::Warmup, _) | (Phase::Recording, false) if self.config.exact_before_plan => {
                 self.exact.malloc(backing, size64, origin)
             }
@@ -363,6 +400,18 @@ impl PlannedAllocator {
         }
     }
 
+    /// Counts the free of a block made inside step `origin.step`.
+    fn note_freed(&mut self, origin: Origin, size: u64) {
+        if origin.step == 0 {
+            return;
+        }
+        if origin.step == self.step {
+            self.live_this_bytes = self.live_this_bytes.saturating_sub(size);
+        } else if origin.step + 1 == self.step {
+            self.live_prev_bytes = self.live_prev_bytes.saturating_sub(size);
+        }
+    }
+
     /// Whether request `k` of the step before this one outlived its step.
     fn previous_outlived(&self, k: u32) -> bool {
         let Some(prev) = self.step.checked_sub(1) else {
@@ -390,6 +439,7 @@ impl PlannedAllocator {
             if let Some(block) = slab.free(addr) {
                 let slot = block.site.map(|k| slab.plan.sites[k].slot);
                 self.records.freed(block.origin, at);
+                self.note_freed(block.origin, block.size);
                 self.counters.live_bytes -= block.size;
                 if let (true, Some(slot)) = (checked, slot) {
                     self.check_and_poison(addr, block.size, slot);
@@ -408,13 +458,17 @@ impl PlannedAllocator {
                 Some(block) => {
                     let slot = block.site.map(|k| self.retiring[i].plan.sites[k].slot);
                     self.records.freed(block.origin, at);
+                    self.note_freed(block.origin, block.size);
+                self.note_freed(block.origin, block.size);
                     self.counters.live_bytes -= block.size;
                     if let (true, Some(slot)) = (checked, slot) {
                         self.check_and_poison(addr, block.size, slot);
                     }
                     if self.retiring[i].live_count() == 0 {
                         let old = self.retiring.swap_remove(i);
-                        self.backing.release(old.base);
+                        for (base, _) in old.regions() {
+                            self.backing.release(base);
+                        }
                     }
                 }
                 None => self.error(Kind::DoubleFree, || {
@@ -435,6 +489,7 @@ impl PlannedAllocator {
             Some((size, origin)) => {
                 if origin.step > 0 {
                     self.records.freed(origin, at);
+                    self.note_freed(origin, size);
                 }
                 self.counters.live_bytes -= size;
             }
@@ -468,6 +523,8 @@ impl PlannedAllocator {
         self.step += 1;
         self.in_step = true;
         self.clock = 0;
+        self.live_prev_bytes = self.live_this_bytes;
+        self.live_this_bytes = 0;
         let expected = self.records.latest_len();
         self.records.begin(self.step, expected);
         if let Some(slab) = self.slab.as_mut() {
@@ -494,6 +551,13 @@ impl PlannedAllocator {
             t.step_end();
         }
         self.comparison.hand_over();
+        // A region still awaited at the end of the step (a short step that
+        // kept its carried blocks) is reserved now, for the next step.
+        if self.phase == Phase::Serving
+            && let Some(plan) = self.awaiting_region.take()
+        {
+            self.slab = self.reserve_slab(plan);
+        }
         // A plan made on the planner's thread during this step goes in
         // now; no other plan is decided on at this boundary.
         let installed = self.pending_plan.is_some();
@@ -522,6 +586,17 @@ impl PlannedAllocator {
                 }
             }
             Phase::Serving => {
+                if self.basis_stale {
+                    // The frees of the blocks the basis's latest step
+                    // carried are known now.
+                    for rec in &mut self.basis {
+                        if let Some(fresh) = self.records.get(rec.step) {
+                            rec.clone_from(fresh);
+                        }
+                    }
+                    self.basis_stale = false;
+                }
+                let c = &mut self.counters;
                 c.fallback_last_step = c.fallback_this_step;
                 c.fallback_max_step = c.fallback_max_step.max(c.fallback_this_step);
                 let missed = c.misses.curable() > c.misses_at_step_start;
@@ -572,7 +647,9 @@ impl PlannedAllocator {
     pub fn reset(&mut self) -> usize {
         let leaked = self.live_blocks();
         for slab in self.slab.take().into_iter().chain(self.retiring.drain(..)) {
-            self.backing.release(slab.base);
+            for (base, _) in slab.regions() {
+                self.backing.release(base);
+            }
         }
         self.fallback.clear(&mut self.backing);
         self.scratch.clear(&mut self.backing);
@@ -751,6 +828,9 @@ impl PlannedAllocator {
             // By design: the request outlives its step, the fallback
             // region holds it.
             Err(Refusal::Unplanned) => Err(false),
+            // By design too: the site straddles two regions of a grown
+            // slab; a gap of the slab takes the request if it can.
+            Err(Refusal::Straddle) => Err(true),
         }
     }
 
@@ -877,6 +957,7 @@ impl PlannedAllocator {
         {
             self.replans_unchanged += 1;
             self.basis = steps;
+            self.basis_stale = true;
             return;
         }
         // The caches served the recorded steps' temporaries; from now on
@@ -891,26 +972,45 @@ impl PlannedAllocator {
             // they are freed. Nothing is reserved.
             Some(old) if old.region_bytes >= bytes => PlannedSlab::take_over(plan, old),
             Some(old) => {
-                // A larger region. The old one goes when nothing lives in
-                // it; blocks it still holds (carried into the next step)
-                // keep it, retiring, until they are freed. The new region
-                // is reserved at the next step's first request, by when a
-                // loop that frees its gradients first (zero_grad at the
-                // top) has let the old one go: the two are not held at
-                // once.
+                // A larger plan. An idle slab goes and a whole new region
+                // is reserved once the blocks carried into the next step
+                // are gone (below); a slab still holding blocks keeps its
+                // regions and gets one more for the offsets past them, so
+                // the old and a new whole region are never held at once.
                 if old.live_count() == 0 {
-                    self.backing.release(old.base);
-                } else {
-                    self.retiring.push(old);
+                    for (base, _) in old.regions() {
+                        self.backing.release(base);
+                    }
+                    self.awaiting_region = Some(plan);
+                    self.finish_install(steps);
+                    return;
                 }
+                let start = PlannedSlab::growth_start(&plan, &old);
+                let extra = bytes - start as usize;
+                match self.backing.reserve(extra) {
+                    Ok(base) => {
+                        if self.checked {
+                            let _ = self.backing.fill(base, extra, POISON_BYTE);
+                        }
+                        PlannedSlab::grow(plan, old, start, base, extra)
+                    }
+                    Err(e) => {
+                        self.error(Kind::Replan, || {
+                            format!("{extra} more bytes for the plan's slab could not be reserved: {e}; the serving plan stays")
+                        });
+                        self.slab = Some(old);
+                        return;
+                    }
+                }
+            }
+            // The first plan: its region too is reserved in the next step,
+            // once the blocks the recorded steps carried into it (in exact
+            // regions) are gone.
+            None => {
                 self.awaiting_region = Some(plan);
                 self.finish_install(steps);
                 return;
             }
-            None => match self.reserve_slab(plan) {
-                Some(slab) => slab,
-                None => return,
-            },
         };
         self.slab = Some(slab);
         self.finish_install(steps);
@@ -920,6 +1020,7 @@ impl PlannedAllocator {
     /// allocator serves, the peaks of the plan's window restart.
     fn finish_install(&mut self, steps: Vec<StepRecord>) {
         self.basis = steps;
+        self.basis_stale = true;
         self.phase = Phase::Serving;
         self.counters.plans += 1;
         // Peaks restart after the first step this plan serves: from then

@@ -157,33 +157,31 @@ pub fn snapshot(a: &PlannedAllocator, device: i32) -> Value {
     let device = device.max(0);
     let mut segments = Vec::new();
     if let Some(slab) = a.slab() {
-        let mut blocks = Vec::new();
-        let mut at = slab.base;
-        let end = slab.base + slab.region_bytes;
-        let (mut allocated, mut requested) = (0u64, 0u64);
         let mut live: Vec<(usize, u64, u64)> = slab.live_blocks().collect();
         live.sort_unstable();
-        for (addr, slot, size) in live {
-            if addr > at {
-                blocks.push(block(at, (addr - at) as u64, 0, "inactive"));
+        // One segment per region of the slab (more than one after a re-plan
+        // grew it), its live blocks and the gaps between them.
+        for (base, len) in slab.regions() {
+            let end = base + len as usize;
+            let mut blocks = Vec::new();
+            let mut at = base;
+            let (mut allocated, mut requested) = (0u64, 0u64);
+            for &(addr, slot, size) in live.iter().filter(|b| b.0 >= base && b.0 < end) {
+                if addr > at {
+                    blocks.push(block(at, (addr - at) as u64, 0, "inactive"));
+                }
+                blocks.push(block(addr, slot, size, "active_allocated"));
+                allocated += slot;
+                requested += size;
+                at = addr + slot as usize;
             }
-            blocks.push(block(addr, slot, size, "active_allocated"));
-            allocated += slot;
-            requested += size;
-            at = addr + slot as usize;
+            if end > at {
+                blocks.push(block(at, (end - at) as u64, 0, "inactive"));
+            }
+            segments.push(segment(
+                device, base, len, allocated, requested, "large", blocks,
+            ));
         }
-        if end > at {
-            blocks.push(block(at, (end - at) as u64, 0, "inactive"));
-        }
-        segments.push(segment(
-            device,
-            slab.base,
-            slab.region_bytes as u64,
-            allocated,
-            requested,
-            "large",
-            blocks,
-        ));
     }
     for fallback in [a.fallback(), a.scratch()] {
         fallback_segments(fallback, device, &mut segments);

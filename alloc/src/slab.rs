@@ -21,6 +21,15 @@ pub struct PlannedSlab {
     pub base: usize,
     /// Bytes of the reserved region (at least the plan's slab).
     pub region_bytes: usize,
+    /// The regions behind the slab's offsets, in offset order: `(first
+    /// offset, address, bytes)`, contiguous in offsets. One, unless a
+    /// re-plan grew the slab: the larger plan then keeps the region it
+    /// had and gets one more for the offsets past it, so the old and a new
+    /// whole region are never held at once. A slot that would straddle two
+    /// regions is not served at its offset.
+    pieces: Vec<(u64, usize, u64)>,
+    /// Per position: whether its slot straddles two regions.
+    straddles: Vec<bool>,
     /// Position of each site's slots in offset order (the second one for
     /// a site with an alternate slot, else the first again).
     position: Vec<[u32; 2]>,
@@ -78,33 +87,110 @@ pub enum Refusal {
     Size,
     /// A live block holds some of the site's bytes.
     Overlap,
+    /// The site's slot straddles two of the slab's regions (a plan that
+    /// grew the slab): it is served elsewhere, by design.
+    Straddle,
 }
 
 impl PlannedSlab {
     /// Serves `plan` from the `region_bytes` reserved at `base`.
     pub fn new(plan: SitePlan, base: usize, region_bytes: usize) -> PlannedSlab {
-        PlannedSlab::over(plan, base, region_bytes, Vec::new())
+        PlannedSlab::over(plan, vec![(0, base, region_bytes as u64)], Vec::new())
+    }
+
+    /// Where the region that grows `old` for `plan` starts, in slab
+    /// offsets: the end of `old`'s offsets, or earlier, at the first slot of
+    /// `plan` that would cross that end (so that no slot straddles two
+    /// regions; the bytes of the old region past that point go unused).
+    pub fn growth_start(plan: &SitePlan, old: &PlannedSlab) -> u64 {
+        let end = old.pieces.last().map_or(0, |&(o, _, l)| o + l);
+        plan.sites
+            .iter()
+            .filter(|s| s.unplanned.is_none())
+            .flat_map(|s| {
+                [Some(s.offset), s.alternate]
+                    .into_iter()
+                    .flatten()
+                    .map(move |o| (o, o + s.slot))
+            })
+            .filter(|&(o, e)| o < end && e > end)
+            .map(|(o, _)| o)
+            .min()
+            .unwrap_or(end)
+    }
+
+    /// Serves `plan`, larger than `old`'s regions, from those regions and
+    /// the region reserved at `extra` for the offsets from `start` (see
+    /// [`PlannedSlab::growth_start`]) to the plan's end; `old`'s live
+    /// blocks stay where they are until freed. Offsets from `start` on are
+    /// the new region's; an old block there keeps its bytes in the old
+    /// region, and planned slots at the same offsets wait for it to be
+    /// freed (the overlap check works on offsets: conservative).
+    pub fn grow(
+        plan: SitePlan,
+        old: PlannedSlab,
+        start: u64,
+        extra: usize,
+        extra_bytes: usize,
+    ) -> PlannedSlab {
+        let carried = old.live_as_carried();
+        let mut pieces = old.pieces;
+        pieces.push((start, extra, extra_bytes as u64));
+        PlannedSlab::over(plan, pieces, carried)
+    }
+
+    /// The addresses of the regions behind the slab (to release them).
+    pub fn regions(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.pieces.iter().map(|&(_, base, len)| (base, len))
+    }
+
+    /// The address of slab offset `offset` for a slot of `len` bytes (the
+    /// last region starting at or before it holds it); `None` when the slot
+    /// does not lie in that region.
+    fn address(&self, offset: u64, len: u64) -> Option<usize> {
+        let i = self
+            .pieces
+            .partition_point(|&(o, _, _)| o <= offset)
+            .checked_sub(1)?;
+        let (start, base, bytes) = self.pieces[i];
+        (offset + len <= start + bytes).then(|| base + (offset - start) as usize)
+    }
+
+    /// The slab offset of address `addr`, if it lies in one of the regions.
+    fn offset_of(&self, addr: usize) -> Option<u64> {
+        self.pieces
+            .iter()
+            .find(|&&(_, base, bytes)| addr >= base && ((addr - base) as u64) < bytes)
+            .map(|&(start, base, _)| start + (addr - base) as u64)
+    }
+
+    /// The live blocks, as blocks carried into a new plan of the same
+    /// regions.
+    fn live_as_carried(&self) -> Vec<(u64, u64, Origin, u64)> {
+        let mut carried: Vec<(u64, u64, Origin, u64)> = self.carried.clone();
+        for (p, &(offset, end, _)) in self.by_offset.iter().enumerate() {
+            if self.live.contains(p) {
+                let (origin, size) = self.live_block[p];
+                carried.push((offset, end, origin, size));
+            }
+        }
+        carried
     }
 
     /// Serves `plan` from the region of `old`, whose live blocks stay where
     /// they are until freed.
     pub fn take_over(plan: SitePlan, old: PlannedSlab) -> PlannedSlab {
-        let mut carried: Vec<(u64, u64, Origin, u64)> = old.carried.clone();
-        for (p, &(offset, end, _)) in old.by_offset.iter().enumerate() {
-            if old.live.contains(p) {
-                let (origin, size) = old.live_block[p];
-                carried.push((offset, end, origin, size));
-            }
-        }
-        PlannedSlab::over(plan, old.base, old.region_bytes, carried)
+        let carried = old.live_as_carried();
+        PlannedSlab::over(plan, old.pieces, carried)
     }
 
     fn over(
         plan: SitePlan,
-        base: usize,
-        region_bytes: usize,
+        pieces: Vec<(u64, usize, u64)>,
         carried: Vec<(u64, u64, Origin, u64)>,
     ) -> PlannedSlab {
+        let base = pieces.first().map_or(0, |p| p.1);
+        let region_bytes = pieces.iter().map(|p| p.2 as usize).sum();
         let mut by_offset: Vec<(u64, u64, u32)> = Vec::with_capacity(plan.sites.len());
         for (k, s) in plan.sites.iter().enumerate() {
             let len = if s.unplanned.is_some() { 0 } else { s.slot };
@@ -139,11 +225,24 @@ impl PlannedSlab {
             .iter()
             .map(|&(_, end, _)| by_offset.partition_point(|&(o, _, _)| o < end) as u32)
             .collect();
+        let inside = |o: u64, e: u64| {
+            let i = pieces.partition_point(|&(start, _, _)| start <= o);
+            i > 0 && {
+                let (start, _, bytes) = pieces[i - 1];
+                e <= start + bytes
+            }
+        };
+        let straddles = by_offset
+            .iter()
+            .map(|&(o, e, _)| e > o && !inside(o, e))
+            .collect();
         PlannedSlab {
             end_bound,
             plan,
             base,
             region_bytes,
+            pieces,
+            straddles,
             position,
             by_offset,
             live: LiveSet::new(n),
@@ -156,9 +255,9 @@ impl PlannedSlab {
         }
     }
 
-    /// Whether `addr` lies in this slab's region.
+    /// Whether `addr` lies in one of this slab's regions.
     pub fn contains(&self, addr: usize) -> bool {
-        addr >= self.base && addr - self.base < self.region_bytes
+        self.offset_of(addr).is_some()
     }
 
     /// A step begins: the cursor goes back to the first site.
@@ -218,6 +317,9 @@ impl PlannedSlab {
         }
         let pos = self.position[k][(origin.step % 2) as usize] as usize;
         let (offset, end, _) = self.by_offset[pos];
+        if self.straddles[pos] {
+            return Err(Refusal::Straddle);
+        }
         if let Some(p) = self.live.predecessor(self.end_bound[pos] as usize)
             && self.by_offset[p].1 > offset
         {
@@ -230,10 +332,13 @@ impl PlannedSlab {
         {
             return Err(Refusal::Overlap);
         }
+        let addr = self
+            .address(offset, end - offset)
+            .ok_or(Refusal::Straddle)?;
         self.live.insert(pos);
         self.live_block[pos] = (origin, size);
         self.live_count += 1;
-        Ok(self.base + offset as usize)
+        Ok(addr)
     }
 
     /// Places a block of `slot` bytes (`size` asked for) for `origin` in
@@ -250,6 +355,8 @@ impl PlannedSlab {
                 .filter(|(p, _)| self.live.contains(*p))
                 .map(|(_, &(o, e, _))| (o, e)),
         );
+        // Region boundaries are walls: a gap never spans two regions.
+        live.extend(self.pieces.iter().skip(1).map(|&(o, _, _)| (o, o)));
         live.sort_unstable();
         let region = self.region_bytes as u64;
         let (mut at, mut best): (u64, Option<(u64, u64)>) = (0, None);
@@ -267,16 +374,17 @@ impl PlannedSlab {
         }
         consider(at, region);
         let (offset, _) = best?;
+        let addr = self.address(offset, slot)?;
         self.carried.push((offset, offset + slot, origin, size));
         self.live_count += 1;
-        Some(self.base + offset as usize)
+        Some(addr)
     }
 
     /// Frees the live block at `addr`; `None` when no live block starts
     /// there.
     pub fn free(&mut self, addr: usize) -> Option<SlabBlock> {
         if !self.carried.is_empty() {
-            let offset = addr.wrapping_sub(self.base) as u64;
+            let offset = self.offset_of(addr)?;
             if let Some(i) = self.carried.iter().position(|c| c.0 == offset) {
                 let (_, _, origin, size) = self.carried.swap_remove(i);
                 self.live_count -= 1;
@@ -300,12 +408,9 @@ impl PlannedSlab {
 
     /// The position of the live slot whose block starts at `addr`.
     fn live_position_at(&self, addr: usize) -> Option<usize> {
-        if !self.contains(addr) {
-            return None;
-        }
         // Live slots are disjoint, so the live slot starting last at or
         // below the offset is the only one that can start at it.
-        let offset = (addr - self.base) as u64;
+        let offset = self.offset_of(addr)?;
         let hi = self.by_offset.partition_point(|&(o, _, _)| o <= offset);
         let p = self.live.predecessor(hi)?;
         (self.by_offset[p].0 == offset).then_some(p)
@@ -317,35 +422,33 @@ impl PlannedSlab {
             .map(|p| self.by_offset[p].2 as usize)
     }
 
-    /// Live blocks with their addresses, slot bytes and bytes asked for, in
-    /// address order (carried blocks of an earlier plan first).
-    pub fn live_blocks(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
-        let carried = self
-            .carried
-            .iter()
-            .map(|&(o, e, _, size)| (self.base + o as usize, e - o, size));
+    /// Live blocks with their slab offsets, slot bytes and bytes asked for
+    /// (carried blocks of an earlier plan first).
+    fn live_offsets(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        let carried = self.carried.iter().map(|&(o, e, _, size)| (o, e - o, size));
         let planned = self
             .by_offset
             .iter()
             .enumerate()
             .filter(|(p, _)| self.live.contains(*p))
-            .map(|(p, &(offset, end, _))| {
-                (
-                    self.base + offset as usize,
-                    end - offset,
-                    self.live_block[p].1,
-                )
-            });
+            .map(|(p, &(offset, end, _))| (offset, end - offset, self.live_block[p].1));
         carried.chain(planned)
     }
 
-    /// The largest stretch of the region no live block holds (what a
-    /// request could still get here, ignoring the plan).
+    /// Live blocks with their addresses, slot bytes and bytes asked for
+    /// (carried blocks of an earlier plan first).
+    pub fn live_blocks(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        self.live_offsets()
+            .filter_map(|(o, slot, size)| Some((self.address(o, slot)?, slot, size)))
+    }
+
+    /// The largest stretch of a region no live block holds (what a request
+    /// could still get here, ignoring the plan).
     pub fn largest_gap(&self) -> u64 {
-        let mut blocks: Vec<(u64, u64)> = self
-            .live_blocks()
-            .map(|(a, slot, _)| ((a - self.base) as u64, slot))
-            .collect();
+        let mut blocks: Vec<(u64, u64)> =
+            self.live_offsets().map(|(o, slot, _)| (o, slot)).collect();
+        // Region boundaries are walls.
+        blocks.extend(self.pieces.iter().skip(1).map(|&(o, _, _)| (o, 0)));
         blocks.sort_unstable();
         let (mut at, mut best) = (0u64, 0u64);
         for (o, len) in blocks {
