@@ -151,3 +151,54 @@ fn whole_run_figures_cover_every_request_and_never_fall_below_now() {
     assert!(text.contains("whole run: peak reserved"), "{text}");
     assert!(!text.contains("NaN"), "{text}");
 }
+
+#[test]
+fn a_plan_that_grows_keeps_its_region_and_adds_one_past_it() {
+    use std::collections::BTreeMap;
+    let mut a = cpu("");
+    let mut live: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut carried: Vec<usize> = Vec::new();
+    let mut take = |a: &mut PlannedAllocator, live: &mut BTreeMap<usize, usize>, size: usize| {
+        let p = a.alloc(size, 0, 0).unwrap();
+        if let Some((&q, &end)) = live.range(..p + size).next_back() {
+            assert!(end <= p, "[{p:#x}, +{size}) overlaps a live block at {q:#x}");
+        }
+        live.insert(p, p + size);
+        p
+    };
+    let mut grown = false;
+    for i in 0..14 {
+        let act = if i < 6 { 1 << 14 } else { 1 << 16 };
+        a.step_begin().unwrap();
+        let mut acts = Vec::new();
+        for j in 0..6 {
+            acts.push(take(&mut a, &mut live, act * (j % 3 + 1)));
+        }
+        // The gradients of the step before go (zero_grad) after this
+        // step's first requests: they are still alive when a re-plan at
+        // the last boundary took effect.
+        for g in carried.drain(..) {
+            live.remove(&g);
+            a.free(g);
+        }
+        for j in 0..6 {
+            carried.push(take(&mut a, &mut live, 8192 * (j + 1)));
+        }
+        for x in acts {
+            live.remove(&x);
+            a.free(x);
+        }
+        a.step_end().unwrap();
+        let s = a.stats();
+        grown |= a.slab().is_some_and(|slab| slab.regions().count() == 2);
+        assert!(s.peak_reserved_bytes >= s.reserved_bytes);
+    }
+    assert!(grown, "the larger plan took the old region and one more");
+    let s = a.stats();
+    assert!(s.replans >= 1);
+    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+    for g in carried {
+        a.free(g);
+    }
+    assert_eq!(a.live_blocks(), 0);
+}
