@@ -83,11 +83,18 @@ pub fn find<S>(
 /// further on never pays for leaving and rejoining the diagonal
 /// (`2 * GAP_OPEN > EXACT - POSITIONAL`), so steps of different shapes stay
 /// aligned position by position.
-const EXACT: i64 = 16;
-const IN_RANGE: i64 = 6;
-const POSITIONAL: i64 = 4;
-const GAP_OPEN: i64 = 7;
-const GAP_EXTEND: i64 = 1;
+const EXACT: f64 = 16.0;
+const IN_RANGE: f64 = 6.0;
+const POSITIONAL: f64 = 4.0;
+const GAP_OPEN: f64 = 7.0;
+const GAP_EXTEND: f64 = 1.0;
+
+/// A match with an earlier site scores this much more, at most (summed
+/// over a whole step it stays far below one unit of the scores above): of
+/// two equally good alignments the one that takes sites first wins, as
+/// the online matcher takes them ([`find`]), so that the plan's lifetimes
+/// are those serving will see.
+const EARLIER: f64 = 1e-9;
 
 /// Half the width of the band [`align_steps`] searches around the
 /// diagonal, beyond the difference of the two lengths.
@@ -106,7 +113,7 @@ pub fn align_steps(sites: &[Shape], requests: &[(u64, u32)]) -> Vec<Option<u32>>
     if m == 0 || n == 0 {
         return vec![None; n];
     }
-    const NONE: i64 = i64::MIN / 4;
+    const NONE: f64 = f64::NEG_INFINITY;
     // The band reaches as far off the diagonal as the lengths differ (a
     // block of requests one step has and the other has not: an eval pass),
     // within a bound on the traceback's memory.
@@ -114,17 +121,18 @@ pub fn align_steps(sites: &[Shape], requests: &[(u64, u32)]) -> Vec<Option<u32>>
     let width = 2 * band + 1;
     // Row i covers requests j in [lo(i), lo(i) + width).
     let lo = |i: usize| (i * n / m).saturating_sub(band);
-    let score_of = |i: usize, j: usize| -> i64 {
+    let earlier = |i: usize| EARLIER * (m - i) as f64 / m as f64;
+    let score_of = |i: usize, j: usize| -> f64 {
         let (size, stream) = requests[j];
         let s = sites[i];
         if s.stream != stream {
             NONE
         } else if s.fixed() && size == s.min {
-            EXACT
+            EXACT + earlier(i)
         } else if s.brackets(size, stream) {
-            IN_RANGE
+            IN_RANGE + earlier(i)
         } else {
-            POSITIONAL
+            POSITIONAL + earlier(i)
         }
     };
     // Three states per cell (Gotoh): the last step matched (M), skipped a
@@ -133,7 +141,7 @@ pub fn align_steps(sites: &[Shape], requests: &[(u64, u32)]) -> Vec<Option<u32>>
     const M: u8 = 0;
     const U: u8 = 1;
     const L: u8 = 2;
-    let at = |row: &[[i64; 3]], row_lo: usize, j: usize| -> [i64; 3] {
+    let at = |row: &[[f64; 3]], row_lo: usize, j: usize| -> [f64; 3] {
         if j < row_lo || j - row_lo >= width {
             [NONE; 3]
         } else {
@@ -147,9 +155,9 @@ pub fn align_steps(sites: &[Shape], requests: &[(u64, u32)]) -> Vec<Option<u32>>
     for (d, p) in prev.iter_mut().enumerate() {
         let j = lo(0) + d;
         if j == 0 {
-            *p = [0, NONE, NONE];
+            *p = [0.0, NONE, NONE];
         } else if j <= n {
-            *p = [NONE, NONE, -GAP_OPEN - (j as i64 - 1) * GAP_EXTEND];
+            *p = [NONE, NONE, -GAP_OPEN - (j - 1) as f64 * GAP_EXTEND];
         }
     }
     for i in 1..=m {
@@ -193,9 +201,6 @@ pub fn align_steps(sites: &[Shape], requests: &[(u64, u32)]) -> Vec<Option<u32>>
                         how[L as usize] = state;
                     }
                 }
-            }
-            for v in &mut cell {
-                *v = (*v).max(NONE);
             }
             cur[d] = cell;
             from[i * width + d] = how;

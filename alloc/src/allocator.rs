@@ -29,6 +29,14 @@ const PLACEMENT_TIME_LIMIT: Duration = Duration::from_secs(5);
 /// region waits for the blocks carried into the step to be freed.
 const ACTIVATE_WAIT: u32 = 64;
 
+/// Requests of a serving step that the plan does not serve (kept past the
+/// step, other streams, misses no gap of the slab holds) and that get exact
+/// regions; the rest go to the caching fallback. A device call per request
+/// is cheap for a step's few kept blocks and bearable for the miss storm of
+/// one step of a new kind (a re-plan follows), not for every step of a
+/// loop the plan cannot serve (the caching pool takes those).
+const EXACT_PER_STEP: u32 = 2048;
+
 /// The most recorded steps a plan is made from (the recent ones and the
 /// largest of those earlier plans were made from).
 const MAX_PLAN_STEPS: usize = 8;
@@ -120,6 +128,8 @@ pub struct PlannedAllocator {
     /// (requests inside steps only).
     live_prev_bytes: u64,
     live_this_bytes: u64,
+    /// Exact regions given in this serving step ([`EXACT_PER_STEP`]).
+    exact_this_step: u32,
     /// An installed plan whose (larger) region is reserved at the next
     /// step's first request.
     awaiting_region: Option<site_plan::SitePlan>,
@@ -206,6 +216,7 @@ impl PlannedAllocator {
             awaiting_region: None,
             live_prev_bytes: 0,
             live_this_bytes: 0,
+            exact_this_step: 0,
             phase: if config.warmup_steps == 0 {
                 Phase::Recording
             } else {
@@ -336,7 +347,29 @@ impl PlannedAllocator {
                 // A miss of the plan's order or sizes: a gap of the slab
                 // that no live block holds takes it if one is large enough
                 // (no device memory moves), else the fallback does.
-                Err(true) => self.place_in_gap(origin, size64),
+                Err(true) => self.place_in_gap(origin, size64).or_else(|| {
+                    // No gap: an exact region (a miss storm in a step of a
+                    // new kind must not leave pool segments reserved),
+                    // within the step's budget of device calls.
+                    (self.exact_this_step < EXACT_PER_STEP).then_some(())?;
+                    self.exact_this_step += 1;
+                    let got = self.exact.malloc(&mut self.backing, size64, origin);
+                    if got.is_some() {
+                        self.counters.fallback_this_step += 1;
+                    }
+                    got
+                }),
+                // By design elsewhere (kept past the step, another stream):
+                // exact regions too, which hold only their own bytes, not a
+                // 2 MiB segment of the pool.
+                Err(false) if self.exact_this_step < EXACT_PER_STEP => {
+                    self.exact_this_step += 1;
+                    let got = self.exact.malloc(&mut self.backing, size64, origin);
+                    if got.is_some() {
+                        self.counters.fallback_this_step += 1;
+                    }
+                    got
+                }
                 Err(false) => None,
             };
             if let Some(addr) = got {
@@ -525,6 +558,7 @@ impl PlannedAllocator {
         self.clock = 0;
         self.live_prev_bytes = self.live_this_bytes;
         self.live_this_bytes = 0;
+        self.exact_this_step = 0;
         let expected = self.records.latest_len();
         self.records.begin(self.step, expected);
         if let Some(slab) = self.slab.as_mut() {

@@ -89,6 +89,9 @@ pub struct SitePlan {
     pub stream: u32,
     /// Steps the plan was made from.
     pub steps: Vec<u64>,
+    /// The site most recorded steps' first request took: where a step's
+    /// cursor starts (past an eval pass that only some steps make).
+    pub entry: usize,
     /// Whether the placement proved itself optimal.
     pub optimal: bool,
     /// Wall time of the placement, in seconds.
@@ -276,6 +279,21 @@ pub fn plan(
     capacity: Option<u64>,
 ) -> SitePlan {
     let Merged { shapes, maps } = merge(steps);
+    let entry = {
+        let mut firsts: Vec<u32> = maps.iter().filter_map(|m| m.first().copied()).collect();
+        firsts.sort_unstable();
+        // The most frequent first site (the earliest of equals).
+        let mut best = (0usize, 0u32);
+        let mut i = 0;
+        while i < firsts.len() {
+            let j = i + firsts[i..].iter().take_while(|&&f| f == firsts[i]).count();
+            if j - i > best.0 {
+                best = (j - i, firsts[i]);
+            }
+            i = j;
+        }
+        best.1 as usize
+    };
     let n = shapes.len();
     let stream = planned_stream(steps);
     #[derive(Clone, Copy, Default)]
@@ -450,6 +468,7 @@ pub fn plan(
         slab_bytes,
         stream,
         steps: steps.iter().map(|s| s.step).collect(),
+        entry,
         optimal,
         placement_seconds,
     }

@@ -190,6 +190,7 @@ impl PlannedSlab {
         carried: Vec<(u64, u64, Origin, u64)>,
     ) -> PlannedSlab {
         let base = pieces.first().map_or(0, |p| p.1);
+        let plan_entry = plan.entry;
         let region_bytes = pieces.iter().map(|p| p.2 as usize).sum();
         let mut by_offset: Vec<(u64, u64, u32)> = Vec::with_capacity(plan.sites.len());
         for (k, s) in plan.sites.iter().enumerate() {
@@ -248,7 +249,7 @@ impl PlannedSlab {
             live: LiveSet::new(n),
             live_block: vec![(Origin::OUTSIDE, 0); n],
             live_count: carried.len(),
-            cursor: 0,
+            cursor: plan_entry,
             fixed_by_size,
             resync: None,
             carried,
@@ -262,7 +263,7 @@ impl PlannedSlab {
 
     /// A step begins: the cursor goes back to the first site.
     pub fn begin_step(&mut self) {
-        self.cursor = 0;
+        self.cursor = self.plan.entry;
         self.resync = None;
     }
 
@@ -296,7 +297,13 @@ impl PlannedSlab {
     /// moves the cursor past it.
     pub fn serve(&mut self, origin: Origin, size: u64, stream: u32) -> Result<usize, Refusal> {
         let sites = &self.plan.sites;
-        let found = align::find(sites, |s| s.shape(), self.cursor, size, stream);
+        let mut found = align::find(sites, |s| s.shape(), self.cursor, size, stream);
+        // The step's first request: most steps start at the entry site, a
+        // step that starts with a block only some steps make (an eval pass)
+        // at the first site.
+        if found.is_none() && origin.k == 0 && self.cursor == self.plan.entry {
+            found = align::find(sites, |s| s.shape(), 0, size, stream);
+        }
         let Some(k) = found.or_else(|| self.rejoin(size, stream)) else {
             return Err(if self.cursor >= self.plan.sites.len() {
                 Refusal::Order

@@ -158,10 +158,13 @@ fn a_plan_that_grows_keeps_its_region_and_adds_one_past_it() {
     let mut a = cpu("");
     let mut live: BTreeMap<usize, usize> = BTreeMap::new();
     let mut carried: Vec<usize> = Vec::new();
-    let mut take = |a: &mut PlannedAllocator, live: &mut BTreeMap<usize, usize>, size: usize| {
+    let take = |a: &mut PlannedAllocator, live: &mut BTreeMap<usize, usize>, size: usize| {
         let p = a.alloc(size, 0, 0).unwrap();
         if let Some((&q, &end)) = live.range(..p + size).next_back() {
-            assert!(end <= p, "[{p:#x}, +{size}) overlaps a live block at {q:#x}");
+            assert!(
+                end <= p,
+                "[{p:#x}, +{size}) overlaps a live block at {q:#x}"
+            );
         }
         live.insert(p, p + size);
         p
