@@ -9,9 +9,13 @@ intra-op thread (``OMP_NUM_THREADS=1``): as it is, and under ``python -m
 tensor_arena.run --device cpu --stats S --trace T`` (the DDP loop under
 ``torch.distributed.run --standalone --nproc-per-node 2``, both times). It
 checks that the losses and the final parameters' digest are bit-identical,
-reads the allocator's stats JSON, replays the trace through the repository's
-caching-allocator model (``tensor-arena replay``, when the binary is found)
-and writes ``DIR/suite.json`` and ``DIR/suite.md`` (the table for
+reads the allocator's stats JSON, and measures the whole run from the trace
+(cut after its last ``step_end``): replayed through the same library
+(``_replay.py``: the largest ``reserved_bytes`` after any request) for the
+planned allocator, and through the repository's caching-allocator model
+(``tensor-arena replay --platform cuda``, with and without
+``--expandable-segments``; skipped when the binary is not found) for the
+caching allocator. Then it writes ``DIR/suite.json`` and ``DIR/suite.md`` (the table for
 BENCHMARKS.md). ``--keep-traces`` also gzips each loop's trace (rank 0 for
 DDP) into ``alloc/tests/data/loops/NAME.csv.gz`` (``--traces DIR`` elsewhere).
 
@@ -42,7 +46,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 MIB = 2**20
 
-#: name: (script, what it exercises, ranks). A new loop is one row and one script.
+#: name: (script, what it exercises, ranks[, extra arguments]). A new loop is one row and one script.
 LOOPS = {
     "resnet_multiscale": ("resnet_multiscale.py", "torchvision resnet18, image side and batch per step", 1),
     "masked_shapes": ("masked_shapes.py", "input shape per step, x[randn(x.shape) > 0.5] into an MLP", 1),
@@ -50,7 +54,11 @@ LOOPS = {
     "t5_varlen": ("t5_varlen.py", "T5 encoder-decoder, source and target lengths per step", 1),
     "gpt2_accum_eval": ("gpt2_accum_eval.py", "GPT-2, 4 micro-batches per step, eval every 5 steps", 1),
     "ddp_gloo": ("ddp_gloo.py", "DDP (gloo, 2 ranks, torchrun), tiny GPT-2, fixed shape", 2),
-    "dataloader_workers": ("dataloader_workers.py", "DataLoader, 2 workers, batch before zero_grad", 1),
+    "dataloader_workers": ("dataloader_workers.py", "DataLoader, 2 forked workers, batch before zero_grad", 1),
+    # The same loop with workers from a fresh interpreter: forked workers inherit the
+    # allocator library and its trace buffer, so the fork run's trace is not one process's.
+    "dataloader_forkserver": ("dataloader_workers.py", "the same, workers started by a forkserver", 1,
+                              ["--start-method", "forkserver"]),
     "gpt2_fixed": ("gpt2_fixed.py", "GPT-2 at a fixed length", 1),
 }
 
@@ -90,9 +98,9 @@ def environment():
 
 def command(name, planned, run_dir, args):
     """The command line of one run; the results file is ``res-{rank}.json`` in ``run_dir``."""
-    script, _, ranks = LOOPS[name]
-    own = [str(HERE / script), "--steps", str(args.steps), "--seed", str(args.seed),
-           "--out", str(run_dir / "res-{rank}.json")]
+    script, _, ranks, *extra = LOOPS[name]
+    own = [str(HERE / script), *(extra[0] if extra else []), "--steps", str(args.steps),
+           "--seed", str(args.seed), "--out", str(run_dir / "res-{rank}.json")]
     launch = [sys.executable]
     if ranks > 1:
         launch += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
@@ -138,6 +146,14 @@ def ratio(a, b):
     return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
 
 
+def complete_lines(trace):
+    """The trace's lines up to its last ``step_end``: the library flushes at every step end, so a
+    process that exits leaves its last step's lines unwritten or cut in the middle of one."""
+    lines = trace.read_text().splitlines(keepends=True)
+    last = max((i for i, line in enumerate(lines) if line.startswith("step_end")), default=0)
+    return lines[: last + 1]
+
+
 def replay(binary, trace, expandable):
     """The caching-allocator model (CUDA rules) fed with every alloc/free of the trace: whole run.
 
@@ -148,8 +164,8 @@ def replay(binary, trace, expandable):
     if not (binary and os.path.isfile(binary) and trace.is_file()):
         return None
     with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as tmp:
-        for line in trace.read_text().splitlines()[1:]:
-            event, addr, size, stream = (line.split(",") + ["", "", ""])[:4]
+        for line in complete_lines(trace)[1:]:
+            event, addr, size, stream = (line.strip().split(",") + ["", "", ""])[:4]
             if event == "alloc":
                 tmp.write(f"alloc,{addr},{size},{stream or 0}\n")
             elif event == "free":
@@ -168,6 +184,32 @@ def replay(binary, trace, expandable):
     live = get(d, "trace", "peak_live_requested")
     return {"peak_reserved_bytes": peak, "peak_live_bytes": live,
             "fragmentation": 1 - live / peak if peak and live is not None else None}
+
+
+def launcher_policy(launcher_args):
+    """The configuration the launcher makes of ``--launcher-args`` (its own parser), without the trace."""
+    from tensor_arena import run as launcher
+
+    ap = launcher._parser()
+    policy = launcher._policy(ap.parse_args([*shlex.split(launcher_args), "loop.py"]))
+    policy.pop("trace", None)
+    return policy
+
+
+def replay_planned(trace, policy):
+    """The planned allocator's whole-run peak reserved, from its trace replayed through the library."""
+    if not trace.is_file():
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as tmp:
+        tmp.writelines(complete_lines(trace))
+    cmd = [sys.executable, str(HERE / "_replay.py"), tmp.name, json.dumps(policy)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=environment())
+    finally:
+        os.unlink(tmp.name)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()[-400:]}
+    return json.loads(done.stdout)
 
 
 def compare(torch_res, planned_res):
@@ -190,7 +232,7 @@ def median_step(res):
 
 
 def run_loop(name, args, out, env):
-    _, what, ranks = LOOPS[name]
+    _, what, ranks, *_ = LOOPS[name]
     row = {"loop": name, "what": what, "ranks": ranks}
     dirs = {}
     for mode in ("torch", "planned"):
@@ -237,13 +279,19 @@ def run_loop(name, args, out, env):
         row[key] = s.get(key)
     trace = dirs["planned"] / "trace-0.csv"
     row["trace_bytes"] = trace.stat().st_size if trace.is_file() else None
+    row["replayed"] = replay_planned(trace, launcher_policy(args.launcher_args))
     row["trace_caching_model"] = replay(args.binary, trace, expandable=False)
     row["trace_expandable_model"] = replay(args.binary, trace, expandable=True)
+    # The replay is faithful when it ends with the run's own per-plan peak (the same decisions).
+    row["replay_matches_stats"] = get(row, "replayed", "stats_peak_reserved_bytes") == s.get("peak_reserved_bytes")
+    whole = get(row, "replayed", "peak_reserved_bytes")
+    row["whole_run_planned_over_caching"] = ratio(whole, get(row, "trace_caching_model", "peak_reserved_bytes"))
+    row["whole_run_planned_over_expandable"] = ratio(whole, get(row, "trace_expandable_model", "peak_reserved_bytes"))
     if args.keep_traces and trace.is_file():
         dest = pathlib.Path(args.traces) / f"{name}.csv.gz"
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with trace.open("rb") as src, gzip.GzipFile(dest, "wb", mtime=0) as gz:
-            shutil.copyfileobj(src, gz)
+        with gzip.GzipFile(dest, "wb", mtime=0) as gz:
+            gz.write("".join(complete_lines(trace)).encode())
         row["kept_trace"] = str(dest)
         row["kept_trace_bytes"] = dest.stat().st_size
     if not args.keep_traces:
@@ -272,33 +320,40 @@ def geomean(xs):
 
 
 def table(rows):
-    head = ("| loop | losses, params | planned peak reserved MiB | caching model MiB | expandable MiB "
-            "| planned / caching | planned / expandable | fragmentation planned / caching / expandable "
-            "| served | re-plans | fallback max / last step | trace: caching / expandable MiB "
-            "| step time planned / torch |")
-    lines = [head, "|" + "---|" * head.count("|")[:-1] if False else "|" + "---|" * (head.count("|") - 1)]
+    head = ("| loop | losses, params | whole run (trace replay): planned / caching / expandable MiB "
+            "| planned / caching | planned / expandable "
+            "| stats: peak reserved planned / caching / expandable MiB | stats: fragmentation planned / caching / "
+            "expandable | served | re-plans | fallback allocations max / last step | step time planned / torch |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        tc, te = r.get("trace_caching_model") or {}, r.get("trace_expandable_model") or {}
+        tc, te, rp = (r.get(k) or {} for k in ("trace_caching_model", "trace_expandable_model", "replayed"))
         ident = "identical" if r["identical"] else f"**differ** ({r['comparison']})"
         if r.get("planned_rc") not in (0, None) or r.get("torch_rc") not in (0, None):
             ident = f"**failed** (torch rc {r.get('torch_rc')}, planned rc {r.get('planned_rc')})"
         lines.append(
-            f"| {r['loop']} | {ident} | {mib(r['planned_peak_reserved_bytes'])} "
-            f"| {mib(r['caching_peak_reserved_bytes'])} | {mib(r['expandable_peak_reserved_bytes'])} "
-            f"| {num(r['planned_over_caching'])} | {num(r['planned_over_expandable'])} "
+            f"| {r['loop']} | {ident} "
+            f"| {mib(rp.get('peak_reserved_bytes'))} / {mib(tc.get('peak_reserved_bytes'))} / "
+            f"{mib(te.get('peak_reserved_bytes'))} "
+            f"| {num(r['whole_run_planned_over_caching'])} | {num(r['whole_run_planned_over_expandable'])} "
+            f"| {mib(r['planned_peak_reserved_bytes'])} / {mib(r['caching_peak_reserved_bytes'])} / "
+            f"{mib(r['expandable_peak_reserved_bytes'])} "
             f"| {pct(r['planned_fragmentation'])} / {pct(r['caching_fragmentation'])} / "
             f"{pct(r['expandable_fragmentation'])} "
             f"| {pct(r['served_share'], floor=True)} | {num(r['replans'], '{}')} "
             f"| {num(r['fallback_allocations_max_step'], '{}')} / {num(r['fallback_allocations_last_step'], '{}')} "
-            f"| {mib(tc.get('peak_reserved_bytes'))} / {mib(te.get('peak_reserved_bytes'))} "
             f"| {num(r['step_time_ratio'], '{:.3f}')} |"
         )
-    g = geomean(r["planned_over_caching"] for r in rows)
-    ge = geomean(r["planned_over_expandable"] for r in rows)
+    g = geomean(r["whole_run_planned_over_caching"] for r in rows)
+    ge = geomean(r["whole_run_planned_over_expandable"] for r in rows)
+    gs = geomean(r["planned_over_caching"] for r in rows)
+    gse = geomean(r["planned_over_expandable"] for r in rows)
+    windows = sorted({r.get("windows") for r in rows})
     lines.append("")
-    lines.append(f"Geometric mean of planned / caching: {num(g, '{:.3f}')}; "
-                 f"planned / expandable: {num(ge, '{:.3f}')} (over the loops with both figures).")
-    return "\n".join(lines), g, ge
+    lines.append(f"Geometric mean, whole run (trace replay): planned / caching {num(g, '{:.3f}')}, "
+                 f"planned / expandable {num(ge, '{:.3f}')}; from the stats ({', '.join(windows)}): "
+                 f"planned / caching {num(gs, '{:.3f}')}, planned / expandable {num(gse, '{:.3f}')}.")
+    return "\n".join(lines), {"whole_run_planned_over_caching": g, "whole_run_planned_over_expandable": ge,
+                              "stats_planned_over_caching": gs, "stats_planned_over_expandable": gse}
 
 
 def versions():
@@ -324,13 +379,12 @@ def main():
     for name in args.loops:
         print(f"{name}:", file=sys.stderr, flush=True)
         rows.append(run_loop(name, args, out, env))
-    md, g, ge = table(rows)
+    md, means = table(rows)
     wall = time.perf_counter() - t0
     record = {
         "command": shlex.join([sys.executable, *sys.argv]), "started": started.isoformat(timespec="seconds"),
         "wall_s": round(wall, 1), "steps": args.steps, "seed": args.seed, "versions": versions(),
-        "launcher_args": args.launcher_args, "geomean_planned_over_caching": g,
-        "geomean_planned_over_expandable": ge, "loops": rows,
+        "launcher_args": args.launcher_args, "geomean": means, "loops": rows,
     }
     (out / "suite.json").write_text(json.dumps(record, indent=1))
     (out / "suite.md").write_text(md + "\n")

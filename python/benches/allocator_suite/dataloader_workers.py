@@ -3,7 +3,10 @@
 The batch comes from the loader (made in a worker, collated there) before
 ``zero_grad()``, as ``for batch in loader:`` loops do. Each sample is drawn
 from a generator seeded by its index, so the data do not depend on which
-worker makes it.
+worker makes it. ``--start-method`` picks how the workers start (default
+``fork``, Linux's default before Python 3.14; ``forkserver`` and ``spawn``
+start them from a fresh interpreter, which inherits nothing of the parent's
+allocator).
 """
 
 import torch
@@ -27,10 +30,12 @@ class Tokens(Dataset):
 
 
 def main():
-    args = arguments(__doc__.splitlines()[0])
+    args = arguments(__doc__.splitlines()[0],
+                     start_method=(str, "fork", "multiprocessing start method of the workers"))
     model = tiny_gpt2(vocab=VOCAB)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loader = DataLoader(Tokens(args.steps * BATCH, args.seed), batch_size=BATCH, num_workers=2, shuffle=False)
+    loader = DataLoader(Tokens(args.steps * BATCH, args.seed), batch_size=BATCH, num_workers=2, shuffle=False,
+                        multiprocessing_context=args.start_method)
     res = Results(args, "dataloader_workers")
     res.begin()
     for ids in loader:
@@ -40,7 +45,7 @@ def main():
         opt.step()
         res.end(loss, [LENGTH])
         res.begin()
-    res.write(model)
+    res.write(model, start_method=args.start_method)
 
 
 if __name__ == "__main__":
