@@ -287,7 +287,10 @@ def run_loop(name, args, out, env):
     whole = get(row, "replayed", "peak_reserved_bytes")
     row["whole_run_planned_over_caching"] = ratio(whole, get(row, "trace_caching_model", "peak_reserved_bytes"))
     row["whole_run_planned_over_expandable"] = ratio(whole, get(row, "trace_expandable_model", "peak_reserved_bytes"))
-    if args.keep_traces and trace.is_file():
+    unusable = get(row, "replayed", "error")
+    if args.keep_traces and trace.is_file() and unusable:
+        row["trace_not_kept"] = unusable  # a trace the replay refuses is no test data
+    elif args.keep_traces and trace.is_file():
         dest = pathlib.Path(args.traces) / f"{name}.csv.gz"
         dest.parent.mkdir(parents=True, exist_ok=True)
         with gzip.GzipFile(dest, "wb", mtime=0) as gz:
