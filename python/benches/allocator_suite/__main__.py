@@ -322,11 +322,20 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
+def steps_with_fallback(replayed):
+    """'k of n': the served steps of the replay that needed the fallback, and the served steps."""
+    served = [p for p in replayed.get("per_step") or [] if p.get("phase") == "serving"]
+    if not served:
+        return "n/a"
+    return f"{sum(1 for p in served if p.get('fallback_allocations'))} of {len(served)}"
+
+
 def table(rows):
     head = ("| loop | losses, params | whole run (trace replay): planned / caching / expandable MiB "
             "| planned / caching | planned / expandable "
             "| stats: peak reserved planned / caching / expandable MiB | stats: fragmentation planned / caching / "
-            "expandable | served | re-plans | fallback allocations max / last step | step time planned / torch |")
+            "expandable | served | re-plans | fallback allocations max / last step "
+            "| served steps with fallback allocations | step time planned / torch |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         tc, te, rp = (r.get(k) or {} for k in ("trace_caching_model", "trace_expandable_model", "replayed"))
@@ -344,7 +353,7 @@ def table(rows):
             f"{pct(r['expandable_fragmentation'])} "
             f"| {pct(r['served_share'], floor=True)} | {num(r['replans'], '{}')} "
             f"| {num(r['fallback_allocations_max_step'], '{}')} / {num(r['fallback_allocations_last_step'], '{}')} "
-            f"| {num(r['step_time_ratio'], '{:.3f}')} |"
+            f"| {steps_with_fallback(rp)} | {num(r['step_time_ratio'], '{:.3f}')} |"
         )
     g = geomean(r["whole_run_planned_over_caching"] for r in rows)
     ge = geomean(r["whole_run_planned_over_expandable"] for r in rows)
