@@ -13,8 +13,14 @@ paces the boundaries). The device is ``--device``, else
 ``$TENSOR_ARENA_ALLOCATOR`` (``cpu``, ``cuda``, ``npu``), else the first of
 npu, cuda found by torch, else cpu; the choice is printed to stderr. At exit,
 ``--report`` prints the text report and the summary to stderr, ``--stats`` and
-``--snapshot`` write the stats JSON and a ``_snapshot()`` pickle; ``{rank}``
-in a path is replaced by ``$RANK`` (0 without a launcher).
+``--snapshot`` write the stats JSON and a ``_snapshot()`` pickle, and
+``--trace`` has the library write every event to a CSV file as the run goes;
+``{rank}`` in a path is replaced by ``$RANK`` (0 without a launcher).
+
+Every key of the allocator's configuration has a flag (``--record-steps 3``,
+``--no-exact-before-plan``, ...; see ``_POLICY_FLAGS``), and ``--policy JSON``
+passes any keys as they are (flags given beside it win), so a key the library
+gains works before it has a flag. The library refuses unknown keys.
 """
 
 import argparse
@@ -23,9 +29,23 @@ import os
 import runpy
 import sys
 
-from .allocator import PlannedAllocator, _backend
+from .allocator import AllocatorError, PlannedAllocator, _backend
 
-_POLICY_INT = ("warmup_steps", "record_steps", "replan_miss_steps", "recent_steps")
+# One row per key of the library's configuration (alloc/src/config.rs `Config`):
+# (key, kind, help). kind: int, bool (--key / --no-key), or a tuple of choices.
+# A new key is one row here.
+_POLICY_FLAGS = (
+    ("warmup_steps", int, "steps served by the fallback and not planned (the first creates optimizer state)"),
+    ("record_steps", int, "steps recorded before the first plan"),
+    ("record_steps_changing", int, "steps recorded before the first plan while the recorded shapes differ"),
+    ("replan_miss_steps", int, "consecutive steps with misses after which the allocator re-plans"),
+    ("recent_steps", int, "steps kept for re-planning"),
+    ("exact_before_plan", bool, "before the first plan, one backing region per request outside steps and "
+                                "in warm-up (--no-exact-before-plan: the caching pools)"),
+    ("checked", bool, "poison freed planned blocks and verify guard bytes (also TENSOR_ARENA_CHECKED=1)"),
+    ("platform", ("cuda", "npu"), "the fallback's and the comparison model's rounding rules"),
+    ("log_errors", bool, "log the first error of each kind to stderr"),
+)
 
 
 def _auto_device():
@@ -49,11 +69,18 @@ def _parser():
     )
     ap.add_argument("--device", help="cpu, cuda, npu (cuda:N, npu:N: that device); "
                     "default: $TENSOR_ARENA_ALLOCATOR, else detected")
-    for key in _POLICY_INT:
-        ap.add_argument(f"--{key.replace('_', '-')}", type=int, dest=key)
-    ap.add_argument("--checked", action="store_true", default=None,
-                    help="poison freed planned blocks and verify guard bytes (also TENSOR_ARENA_CHECKED=1)")
-    ap.add_argument("--platform", choices=("cuda", "npu"), help="the fallback's rounding rules")
+    for key, kind, text in _POLICY_FLAGS:
+        flag = f"--{key.replace('_', '-')}"
+        if kind is bool:
+            ap.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None, help=text)
+        elif isinstance(kind, tuple):
+            ap.add_argument(flag, dest=key, choices=kind, help=text)
+        else:
+            ap.add_argument(flag, dest=key, type=kind, metavar="N", help=text)
+    ap.add_argument("--policy", metavar="JSON", type=_policy_json,
+                    help="configuration keys as a JSON object, passed as they are (flags win)")
+    ap.add_argument("--trace", metavar="PATH",
+                    help="write every allocator event to this CSV file (the policy's trace key)")
     ap.add_argument("--report", action="store_true", help="print the report and the summary to stderr at exit")
     ap.add_argument("--stats", metavar="PATH", help="write the stats JSON here at exit")
     ap.add_argument("--snapshot", metavar="PATH", help="write a _snapshot()-shaped pickle here at exit")
@@ -79,6 +106,30 @@ def _split(ap, argv):
     return argv, []
 
 
+def _policy_json(text):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
+def _policy(opts):
+    """The configuration keys: --policy, then the flags given, then --trace; {rank} in the trace path."""
+    policy = dict(opts.policy or {})
+    for key, _, _ in _POLICY_FLAGS:
+        value = getattr(opts, key)
+        if value is not None:
+            policy[key] = value
+    if opts.trace is not None:
+        policy["trace"] = opts.trace
+    if isinstance(policy.get("trace"), str):
+        policy["trace"] = _path(policy["trace"])
+    return policy
+
+
 def _path(template):
     return template.replace("{rank}", os.environ.get("RANK", "0"))
 
@@ -96,9 +147,10 @@ def main(argv=None):
         _backend(device)
     except ValueError as e:
         ap.error(f"--device / TENSOR_ARENA_ALLOCATOR: {e}")
-    policy = {k: getattr(opts, k) for k in (*_POLICY_INT, "checked", "platform")}
-    policy = {k: v for k, v in policy.items() if v is not None}
-    alloc = PlannedAllocator(device, **policy).install()
+    try:
+        alloc = PlannedAllocator(device, **_policy(opts)).install()
+    except (ValueError, AllocatorError) as e:
+        ap.error(str(e))
     alloc.auto_step()
     print(f"tensor-arena: planned allocator installed for {device}", file=sys.stderr)
 
