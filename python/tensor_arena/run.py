@@ -40,8 +40,10 @@ _POLICY_FLAGS = (
     ("record_steps_changing", int, "steps recorded before the first plan while the recorded shapes differ"),
     ("replan_miss_steps", int, "consecutive steps with misses after which the allocator re-plans"),
     ("recent_steps", int, "steps kept for re-planning"),
-    ("exact_before_plan", bool, "before the first plan, one backing region per request outside steps and "
-                                "in warm-up (--no-exact-before-plan: the caching pools)"),
+    ("background_plan_requests", int, "plans of steps with at least this many requests are made on a "
+                                      "thread of their own and swapped in a step later"),
+    ("exact_before_plan", bool, "one backing region per request before the first plan, and for the few "
+                                "requests a plan does not serve (--no-exact-before-plan: the caching pools)"),
     ("checked", bool, "poison freed planned blocks and verify guard bytes (also TENSOR_ARENA_CHECKED=1)"),
     ("platform", ("cuda", "npu"), "the fallback's and the comparison model's rounding rules"),
     ("log_errors", bool, "log the first error of each kind to stderr"),
