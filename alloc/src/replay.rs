@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::allocator::PlannedAllocator;
+use crate::allocator::{Phase, PlannedAllocator};
 use crate::backing::Backing;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -288,6 +288,10 @@ pub struct Prediction {
     pub fits: Option<bool>,
     /// The final plan, if one serves.
     pub plan: Option<SitePlan>,
+    /// Indices into the replayed events of the `alloc` events inside
+    /// serving steps that the plan did not serve (the fallback did): where
+    /// the misses and the kept blocks are.
+    pub fallback_events: Vec<usize>,
 }
 
 /// Replays `events` through the policy over a [`NullBacking`] of
@@ -317,7 +321,7 @@ pub fn replay_on(
     let metered = MeteredBacking::new(backing);
     let gauge = metered.gauge();
     let mut a = PlannedAllocator::with_backing(policy, Box::new(metered));
-    drive(&mut a, events)?;
+    let fallback_events = drive(&mut a, events)?;
     let stats = a.stats();
     let plan = a.slab().map(|s| s.plan.clone());
     let refused = gauge.refused();
@@ -335,6 +339,7 @@ pub fn replay_on(
         refused_reservations: refused,
         fits: config.capacity.map(|_| out_of_memory == 0 && refused == 0),
         plan,
+        fallback_events,
         stats,
     })
 }
@@ -346,20 +351,34 @@ pub fn replay_on(
 /// the line's stream), `free` of the replay's address for every `free`
 /// line of a block it gave, and the step calls; segment lines are the
 /// run's own reservations and drive nothing. Blocks still live at the end
-/// stay live (as in the traced run). Errors: a step call out of order
-/// (only hand-made event lists have one: [`crate::trace::parse`] refuses
-/// such files).
-pub fn drive(a: &mut PlannedAllocator, events: &[TraceEvent]) -> Result<()> {
+/// stay live (as in the traced run). Returns the indices of the `alloc`
+/// events inside serving steps whose block is not in the plan's slab.
+/// Errors: a step call out of order (only hand-made event lists have one:
+/// [`crate::trace::parse`] refuses such files).
+pub fn drive(a: &mut PlannedAllocator, events: &[TraceEvent]) -> Result<Vec<usize>> {
     // Trace address -> replay address of live blocks.
     let mut live: HashMap<usize, usize> = HashMap::new();
+    let mut fallback = Vec::new();
+    let mut in_step = false;
     for (i, e) in events.iter().enumerate() {
         match *e {
-            TraceEvent::StepBegin => a.step_begin().map_err(|e| at_event(i, e))?,
-            TraceEvent::StepEnd => a.step_end().map_err(|e| at_event(i, e))?,
+            TraceEvent::StepBegin => {
+                a.step_begin().map_err(|e| at_event(i, e))?;
+                in_step = true;
+            }
+            TraceEvent::StepEnd => {
+                a.step_end().map_err(|e| at_event(i, e))?;
+                in_step = false;
+            }
             TraceEvent::Alloc { addr, size, stream } => {
+                let serving = in_step && a.phase() == Phase::Serving;
                 // Device 0 as torch passes it; a host or null backing
                 // serves any device.
-                match a.alloc(size, 0, stream) {
+                let got = a.alloc(size, 0, stream);
+                if serving && !got.is_some_and(|p| a.slab().is_some_and(|s| s.contains(p))) {
+                    fallback.push(i);
+                }
+                match got {
                     Some(p) if addr != 0 => {
                         if let Some(old) = live.insert(addr, p) {
                             // The trace reused a live address (a free
@@ -380,7 +399,7 @@ pub fn drive(a: &mut PlannedAllocator, events: &[TraceEvent]) -> Result<()> {
             TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
         }
     }
-    Ok(())
+    Ok(fallback)
 }
 
 fn at_event(i: usize, e: Error) -> Error {

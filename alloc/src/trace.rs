@@ -384,6 +384,38 @@ fn parse_line(line: &str) -> std::result::Result<TraceEvent, String> {
     })
 }
 
+/// The text of a trace file holding `events` (header first): what
+/// [`parse`] reads back to the same events.
+///
+/// ```
+/// use tensor_arena_alloc::trace::{self, TraceEvent};
+/// let events = vec![TraceEvent::StepBegin, TraceEvent::Alloc { addr: 1, size: 8, stream: 0 }];
+/// assert_eq!(trace::parse(&trace::to_text(&events))?, events);
+/// # Ok::<(), tensor_arena_alloc::Error>(())
+/// ```
+pub fn to_text(events: &[TraceEvent]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(24 * (events.len() + 1));
+    out.push_str(HEADER);
+    out.push('\n');
+    for e in events {
+        // Writing to a String cannot fail.
+        let _ = match *e {
+            TraceEvent::StepBegin => writeln!(out, "step_begin,0,0,0"),
+            TraceEvent::StepEnd => writeln!(out, "step_end,0,0,0"),
+            TraceEvent::Alloc { addr, size, stream } => {
+                writeln!(out, "alloc,{addr},{size},{stream}")
+            }
+            TraceEvent::Free { addr, size, stream } => writeln!(out, "free,{addr},{size},{stream}"),
+            TraceEvent::SegmentAlloc { addr, size } => {
+                writeln!(out, "segment_alloc,{addr},{size},0")
+            }
+            TraceEvent::SegmentFree { addr, size } => writeln!(out, "segment_free,{addr},{size},0"),
+        };
+    }
+    out
+}
+
 /// The reserved bytes a trace's segment lines describe: bytes still
 /// reserved at its end and the running maximum (the whole-run peak), or
 /// `None` for a trace without segment lines (an older one).

@@ -1,7 +1,9 @@
 //! Subcommand dispatch. Add a subcommand as a variant of [`Command`] with
 //! its `Args` type and `run` function in a module of its own.
 
+mod alloc_trace;
 mod plan;
+mod planned;
 mod replay;
 
 use std::process::ExitCode;
