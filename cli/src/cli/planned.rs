@@ -422,7 +422,10 @@ fn recommend(p: &mut Planned, d: &Diagnosis, platform: Platform) {
     };
     let device = platform_name(platform);
     let fits = p.fits != Some(false);
-    if p.peak_reserved_bytes < best && fits {
+    // A prediction without a serving step predicts the caching pools of
+    // warm-up and recording, not the plan: never a recommendation.
+    let served = p.requests_after_warmup > 0;
+    if p.peak_reserved_bytes < best && fits && served {
         p.recommended = true;
         p.recommendation = format!(
             "use the planned allocator: predicted whole-run peak reserved {} against {} for the best caching-allocator setting compared ({best_conf}{}). Switch it on: `python -m tensor_arena.run --device {device} train.py ARGS` (or `torchrun --nproc-per-node N -m tensor_arena.run --device {device} train.py ARGS`)",
@@ -513,6 +516,13 @@ pub fn section(p: &Planned) -> String {
             .unwrap_or_default()
     );
     let m = p.misses;
+    if p.requests_after_warmup == 0 {
+        let _ = writeln!(
+            s,
+            "  no step was served from a plan: {} steps replayed, the policy plans after {} warm-up and {} recorded steps",
+            p.steps, pol.warmup_steps, pol.record_steps
+        );
+    }
     let _ = writeln!(
         s,
         "  served from the plan after warm-up: {:.2}% ({} of {} requests); misses: size {}, order {}, overlap {}, stream {}, outside a step {}",
