@@ -307,3 +307,49 @@ fn bad_allocator_traces_name_the_line() {
     ]));
     assert!(e.contains("marks its own steps"), "{e}");
 }
+
+/// A public snapshot nobody here wrote (tests/data/snapshots/SOURCES.md):
+/// its two training steps are found from the optimizer's frames (Python's
+/// pickle module sees two runs of `torch/optim/optimizer.py` frames), and
+/// a policy that plans after one recorded step serves the second.
+#[test]
+fn a_public_snapshot_has_its_steps_found_and_a_prediction() {
+    let path = data("tests/data/snapshots/cs336_notHanmin_memory_snapshot.pickle.gz");
+    let j = ok_json(&run(&[&path, "--planned", "--json", "--no-search"]));
+    let p = &j["planned"];
+    assert_eq!(p["steps"], 2);
+    assert!(p["peak_reserved_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(
+        p["requests_after_warmup"], 0,
+        "warm-up and recording take both steps"
+    );
+    assert!(
+        p["recommendation"]
+            .as_str()
+            .unwrap()
+            .contains("no step was served")
+    );
+    let j = ok_json(&run(&[
+        &path,
+        "--planned",
+        "--warmup-steps",
+        "0",
+        "--record-steps",
+        "1",
+        "--json",
+        "--no-search",
+    ]));
+    let p = &j["planned"];
+    assert!(p["requests_after_warmup"].as_u64().unwrap() > 0);
+    let model = j["model"]["stats"]["reserved_bytes"]["peak"]
+        .as_u64()
+        .unwrap();
+    assert!(p["caching_model_peak_reserved_bytes"].as_u64().unwrap() > 0 && model > 0);
+    // Whatever it predicts, the recommendation says why it is or is not
+    // the planned allocator.
+    let r = p["recommendation"].as_str().unwrap();
+    assert!(
+        r.starts_with("use the planned allocator") || r.contains("not recommended"),
+        "{r}"
+    );
+}
