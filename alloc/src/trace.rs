@@ -33,6 +33,11 @@ pub const HEADER: &str = "event,addr,size,stream";
 pub struct TraceWriter {
     out: BufWriter<File>,
     failed: bool,
+    /// One line, formatted before it is written whole: the buffer then
+    /// only ever reaches the file in whole lines, so a process that exits
+    /// without a flush (a launcher's last, open step) leaves a file that
+    /// ends at a line's end.
+    line: String,
 }
 
 impl TraceWriter {
@@ -44,13 +49,24 @@ impl TraceWriter {
         };
         let mut out = BufWriter::new(File::create(path).map_err(bad)?);
         writeln!(out, "{HEADER}").map_err(bad)?;
-        Ok(TraceWriter { out, failed: false })
+        Ok(TraceWriter {
+            out,
+            failed: false,
+            line: String::with_capacity(64),
+        })
     }
 
     /// Appends one event; a write error stops the trace (counted once by
     /// the caller through [`TraceWriter::failed`]).
     pub fn event(&mut self, event: &str, addr: usize, size: usize, stream: usize) {
-        if !self.failed && writeln!(self.out, "{event},{addr},{size},{stream}").is_err() {
+        use std::fmt::Write as _;
+        if self.failed {
+            return;
+        }
+        self.line.clear();
+        // Writing to a String cannot fail.
+        let _ = writeln!(self.line, "{event},{addr},{size},{stream}");
+        if self.out.write_all(self.line.as_bytes()).is_err() {
             self.failed = true;
         }
     }
@@ -117,9 +133,13 @@ impl TraceLog {
         s.writer.event("free", addr, size, stream);
     }
 
-    /// A `step_begin` line.
+    /// A `step_begin` line; flushes the file (with the flush at each
+    /// `step_end`, a process that exits inside a step, as the launcher's
+    /// last one, leaves every step it began in the file).
     pub fn step_begin(&self) {
-        self.state().writer.event("step_begin", 0, 0, 0);
+        let mut s = self.state();
+        s.writer.event("step_begin", 0, 0, 0);
+        s.writer.flush();
     }
 
     /// A `step_end` line; flushes the file.

@@ -13,7 +13,9 @@ paces the boundaries). The device is ``--device``, else
 ``$TENSOR_ARENA_ALLOCATOR`` (``cpu``, ``cuda``, ``npu``), else the first of
 npu, cuda found by torch, else cpu; the choice is printed to stderr. At exit,
 ``--report`` prints the text report and the summary to stderr, ``--stats`` and
-``--snapshot`` write the stats JSON and a ``_snapshot()`` pickle; ``{rank}``
+``--snapshot`` write the stats JSON and a ``_snapshot()`` pickle; ``--trace``
+writes every allocator event as it happens (``tensor-arena replay PATH --planned``
+reads it); ``{rank}``
 in a path is replaced by ``$RANK`` (0 without a launcher).
 """
 
@@ -57,6 +59,9 @@ def _parser():
     ap.add_argument("--report", action="store_true", help="print the report and the summary to stderr at exit")
     ap.add_argument("--stats", metavar="PATH", help="write the stats JSON here at exit")
     ap.add_argument("--snapshot", metavar="PATH", help="write a _snapshot()-shaped pickle here at exit")
+    ap.add_argument("--trace", metavar="PATH",
+                    help="write every allocator event here (the allocator's trace CSV, flushed at each "
+                         "step end), for `tensor-arena replay PATH --planned`")
     ap.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     ap.add_argument("script", nargs="?", help="the training script, then its own arguments")
     return ap
@@ -98,6 +103,8 @@ def main(argv=None):
         ap.error(f"--device / TENSOR_ARENA_ALLOCATOR: {e}")
     policy = {k: getattr(opts, k) for k in (*_POLICY_INT, "checked", "platform")}
     policy = {k: v for k, v in policy.items() if v is not None}
+    if opts.trace:
+        policy["trace"] = _path(opts.trace)
     alloc = PlannedAllocator(device, **policy).install()
     alloc.auto_step()
     print(f"tensor-arena: planned allocator installed for {device}", file=sys.stderr)

@@ -86,3 +86,40 @@ def test_a_fixed_length_run_is_predicted_from_its_trace(env, tmp_path):
 def test_a_changing_length_run_is_predicted_from_its_trace(env, tmp_path):
     stats, trace = live_run(env, tmp_path, "--steps", "16", "--seq-range", "16", "64")
     check(stats, trace)
+
+
+LOOP = """
+import sys, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(int(sys.argv[1])):
+    x = torch.randn(32, 64)
+    loss = model(x).square().mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    print(f"{loss.item():.6f}")
+"""
+
+
+def test_the_launchers_trace_is_read_by_the_doctor(env, tmp_path):
+    train = tmp_path / "train.py"
+    train.write_text(LOOP)
+    stats = tmp_path / "stats.json"
+    e = dict(env, TENSOR_ARENA_ALLOCATOR="cpu")
+    done = subprocess.run(
+        [sys.executable, "-m", "tensor_arena.run", "--trace", str(tmp_path / "t-{rank}.csv"),
+         "--stats", str(stats), str(train), "10"],
+        env=e, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    trace = tmp_path / "t-0.csv"
+    s = json.loads(stats.read_text())
+    p = ta.replay(trace, planned=True, platform="cuda", search=False)["planned"]
+    # The launcher leaves its last step open (after the last optimizer.step()):
+    # the file ends inside it, which the doctor reads as a step begun.
+    assert p["steps"] == s["steps"]
+    assert abs(p["served_share"] - s["served_share"]) <= 0.005
+    assert p["replans"] == s["replans"]
+    assert p["peak_reserved_bytes"] == segment_peak(trace)
