@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::allocator::PlannedAllocator;
+use crate::allocator::{Phase, PlannedAllocator};
 use crate::backing::Backing;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -172,77 +172,6 @@ impl Backing for NullBacking {
     }
 }
 
-/// A backing of the caller's with its reserved bytes counted in a
-/// [`Gauge`] (the bytes asked, as the allocator counts them): a live
-/// backing's whole-run peak, to compare with a replay's.
-pub struct MeteredBacking {
-    inner: Box<dyn Backing>,
-    regions: HashMap<usize, usize>,
-    gauge: Gauge,
-}
-
-impl MeteredBacking {
-    /// Wraps `inner`.
-    pub fn new(inner: Box<dyn Backing>) -> MeteredBacking {
-        MeteredBacking {
-            inner,
-            regions: HashMap::new(),
-            gauge: Gauge::default(),
-        }
-    }
-
-    /// Its reserved bytes.
-    pub fn gauge(&self) -> Gauge {
-        self.gauge.clone()
-    }
-}
-
-impl Backing for MeteredBacking {
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-    fn reserve(&mut self, bytes: usize) -> Result<usize> {
-        match self.inner.reserve(bytes) {
-            Ok(addr) => {
-                self.regions.insert(addr, bytes);
-                self.gauge.add(bytes as u64);
-                Ok(addr)
-            }
-            Err(e) => {
-                self.gauge.refuse();
-                Err(e)
-            }
-        }
-    }
-    fn release(&mut self, addr: usize) {
-        self.inner.release(addr);
-        if let Some(bytes) = self.regions.remove(&addr) {
-            self.gauge.sub(bytes as u64);
-        }
-    }
-    fn fill(&mut self, addr: usize, len: usize, byte: u8) -> Result<()> {
-        self.inner.fill(addr, len, byte)
-    }
-    fn read(&mut self, addr: usize, dst: &mut [u8]) -> Result<()> {
-        self.inner.read(addr, dst)
-    }
-    fn free_memory(&self) -> Option<usize> {
-        self.inner.free_memory()
-    }
-    fn total_memory(&self) -> Option<usize> {
-        self.inner.total_memory()
-    }
-    fn reservations(&self) -> u64 {
-        self.inner.reservations()
-    }
-    fn reserved_bytes(&self) -> u64 {
-        self.inner.reserved_bytes()
-    }
-    fn device(&self) -> i32 {
-        self.inner.device()
-    }
-}
-
 /// What to replay with.
 #[derive(Debug, Clone, Default)]
 pub struct ReplayConfig {
@@ -288,6 +217,10 @@ pub struct Prediction {
     pub fits: Option<bool>,
     /// The final plan, if one serves.
     pub plan: Option<SitePlan>,
+    /// Indices into the replayed events of the `alloc` events inside
+    /// serving steps that the plan did not serve (the fallback did): where
+    /// the misses and the kept blocks are.
+    pub fallback_events: Vec<usize>,
 }
 
 /// Replays `events` through the policy over a [`NullBacking`] of
@@ -314,16 +247,16 @@ pub fn replay_on(
             config: format!("{policy:?}"),
             reason: e.to_string(),
         })?)?;
-    let metered = MeteredBacking::new(backing);
-    let gauge = metered.gauge();
-    let mut a = PlannedAllocator::with_backing(policy, Box::new(metered));
-    drive(&mut a, events)?;
+    // The allocator meters its backing itself: its whole-run peak is the
+    // prediction's.
+    let mut a = PlannedAllocator::with_backing(policy, backing);
+    let fallback_events = drive(&mut a, events)?;
     let stats = a.stats();
     let plan = a.slab().map(|s| s.plan.clone());
-    let refused = gauge.refused();
+    let refused = stats.errors.replan_failed;
     let out_of_memory = stats.errors.out_of_memory + stats.errors.too_large;
     Ok(Prediction {
-        peak_reserved_bytes: gauge.peak_reserved_bytes(),
+        peak_reserved_bytes: stats.peak_reserved_bytes,
         served_share: stats.served_share,
         replans: stats.replans,
         steps: stats.steps,
@@ -335,6 +268,7 @@ pub fn replay_on(
         refused_reservations: refused,
         fits: config.capacity.map(|_| out_of_memory == 0 && refused == 0),
         plan,
+        fallback_events,
         stats,
     })
 }
@@ -346,20 +280,34 @@ pub fn replay_on(
 /// the line's stream), `free` of the replay's address for every `free`
 /// line of a block it gave, and the step calls; segment lines are the
 /// run's own reservations and drive nothing. Blocks still live at the end
-/// stay live (as in the traced run). Errors: a step call out of order
-/// (only hand-made event lists have one: [`crate::trace::parse`] refuses
-/// such files).
-pub fn drive(a: &mut PlannedAllocator, events: &[TraceEvent]) -> Result<()> {
+/// stay live (as in the traced run). Returns the indices of the `alloc`
+/// events inside serving steps whose block is not in the plan's slab.
+/// Errors: a step call out of order (only hand-made event lists have one:
+/// [`crate::trace::parse`] refuses such files).
+pub fn drive(a: &mut PlannedAllocator, events: &[TraceEvent]) -> Result<Vec<usize>> {
     // Trace address -> replay address of live blocks.
     let mut live: HashMap<usize, usize> = HashMap::new();
+    let mut fallback = Vec::new();
+    let mut in_step = false;
     for (i, e) in events.iter().enumerate() {
         match *e {
-            TraceEvent::StepBegin => a.step_begin().map_err(|e| at_event(i, e))?,
-            TraceEvent::StepEnd => a.step_end().map_err(|e| at_event(i, e))?,
+            TraceEvent::StepBegin => {
+                a.step_begin().map_err(|e| at_event(i, e))?;
+                in_step = true;
+            }
+            TraceEvent::StepEnd => {
+                a.step_end().map_err(|e| at_event(i, e))?;
+                in_step = false;
+            }
             TraceEvent::Alloc { addr, size, stream } => {
+                let serving = in_step && a.phase() == Phase::Serving;
                 // Device 0 as torch passes it; a host or null backing
                 // serves any device.
-                match a.alloc(size, 0, stream) {
+                let got = a.alloc(size, 0, stream);
+                if serving && !got.is_some_and(|p| a.slab().is_some_and(|s| s.contains(p))) {
+                    fallback.push(i);
+                }
+                match got {
                     Some(p) if addr != 0 => {
                         if let Some(old) = live.insert(addr, p) {
                             // The trace reused a live address (a free
@@ -380,7 +328,7 @@ pub fn drive(a: &mut PlannedAllocator, events: &[TraceEvent]) -> Result<()> {
             TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
         }
     }
-    Ok(())
+    Ok(fallback)
 }
 
 fn at_event(i: usize, e: Error) -> Error {

@@ -33,6 +33,15 @@ pub const HEADER: &str = "event,addr,size,stream";
 pub struct TraceWriter {
     out: BufWriter<File>,
     failed: bool,
+    /// One line, formatted before it is written whole: the buffer then
+    /// only ever reaches the file in whole lines, so a process that exits
+    /// without a flush (a launcher's last, open step) leaves a file that
+    /// ends at a line's end.
+    line: String,
+    /// The process that opened the file. A forked child (a DataLoader
+    /// worker) inherits the writer and its buffered lines; it writes
+    /// nothing, so the file stays the parent's alone.
+    pid: u32,
 }
 
 impl TraceWriter {
@@ -44,20 +53,32 @@ impl TraceWriter {
         };
         let mut out = BufWriter::new(File::create(path).map_err(bad)?);
         writeln!(out, "{HEADER}").map_err(bad)?;
-        Ok(TraceWriter { out, failed: false })
+        Ok(TraceWriter {
+            out,
+            failed: false,
+            line: String::with_capacity(64),
+            pid: std::process::id(),
+        })
     }
 
     /// Appends one event; a write error stops the trace (counted once by
     /// the caller through [`TraceWriter::failed`]).
     pub fn event(&mut self, event: &str, addr: usize, size: usize, stream: usize) {
-        if !self.failed && writeln!(self.out, "{event},{addr},{size},{stream}").is_err() {
+        use std::fmt::Write as _;
+        if self.failed || std::process::id() != self.pid {
+            return;
+        }
+        self.line.clear();
+        // Writing to a String cannot fail.
+        let _ = writeln!(self.line, "{event},{addr},{size},{stream}");
+        if self.out.write_all(self.line.as_bytes()).is_err() {
             self.failed = true;
         }
     }
 
     /// Flushes buffered lines (at every step end).
     pub fn flush(&mut self) {
-        if !self.failed && self.out.flush().is_err() {
+        if !self.failed && std::process::id() == self.pid && self.out.flush().is_err() {
             self.failed = true;
         }
     }
@@ -117,9 +138,13 @@ impl TraceLog {
         s.writer.event("free", addr, size, stream);
     }
 
-    /// A `step_begin` line.
+    /// A `step_begin` line; flushes the file (with the flush at each
+    /// `step_end`, a process that exits inside a step, as the launcher's
+    /// last one, leaves every step it began in the file).
     pub fn step_begin(&self) {
-        self.state().writer.event("step_begin", 0, 0, 0);
+        let mut s = self.state();
+        s.writer.event("step_begin", 0, 0, 0);
+        s.writer.flush();
     }
 
     /// A `step_end` line; flushes the file.
@@ -382,6 +407,38 @@ fn parse_line(line: &str) -> std::result::Result<TraceEvent, String> {
             ));
         }
     })
+}
+
+/// The text of a trace file holding `events` (header first): what
+/// [`parse`] reads back to the same events.
+///
+/// ```
+/// use tensor_arena_alloc::trace::{self, TraceEvent};
+/// let events = vec![TraceEvent::StepBegin, TraceEvent::Alloc { addr: 1, size: 8, stream: 0 }];
+/// assert_eq!(trace::parse(&trace::to_text(&events))?, events);
+/// # Ok::<(), tensor_arena_alloc::Error>(())
+/// ```
+pub fn to_text(events: &[TraceEvent]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(24 * (events.len() + 1));
+    out.push_str(HEADER);
+    out.push('\n');
+    for e in events {
+        // Writing to a String cannot fail.
+        let _ = match *e {
+            TraceEvent::StepBegin => writeln!(out, "step_begin,0,0,0"),
+            TraceEvent::StepEnd => writeln!(out, "step_end,0,0,0"),
+            TraceEvent::Alloc { addr, size, stream } => {
+                writeln!(out, "alloc,{addr},{size},{stream}")
+            }
+            TraceEvent::Free { addr, size, stream } => writeln!(out, "free,{addr},{size},{stream}"),
+            TraceEvent::SegmentAlloc { addr, size } => {
+                writeln!(out, "segment_alloc,{addr},{size},0")
+            }
+            TraceEvent::SegmentFree { addr, size } => writeln!(out, "segment_free,{addr},{size},0"),
+        };
+    }
+    out
 }
 
 /// The reserved bytes a trace's segment lines describe: bytes still

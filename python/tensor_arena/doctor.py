@@ -31,6 +31,11 @@ def _flags(
     svg=None,
     save_trace=None,
     seed=None,
+    planned=False,
+    step_frame=None,
+    step_every=None,
+    policy=None,
+    **policy_flags,
 ):
     out = []
 
@@ -54,6 +59,21 @@ def _flags(
     add("--svg", os.fspath(svg) if svg is not None else None)
     add("--save-trace", os.fspath(save_trace) if save_trace is not None else None)
     add("--seed", seed)
+    if planned:
+        out.append("--planned")
+    add("--step-frame", step_frame)
+    add("--step-every", step_every)
+    if policy is not None:
+        add("--policy", policy if isinstance(policy, str) else json.dumps(policy))
+    # The planned allocator's policy keys, as the launcher's flags
+    # (warmup_steps=2 is --warmup-steps 2; exact_before_plan=False is
+    # --no-exact-before-plan).
+    for key, value in policy_flags.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif value is not None:
+            add(flag, value)
     return out
 
 
@@ -98,7 +118,16 @@ def replay(trace=None, *, name="snapshot.pickle", **options):
     ``platform`` (``"npu"`` or ``"cuda"``; default: what a snapshot names),
     ``format`` (``"csv"``, ``"jsonl"``, ``"snapshot"``), ``window``, ``top``,
     ``search`` (False: ``--no-search``), ``svg``, ``save_trace``,
-    ``synthetic`` (steps, instead of a trace) and ``seed``. ``name`` is the file
+    ``synthetic`` (steps, instead of a trace) and ``seed``. ``planned=True``
+    (``--planned``) also replays the trace through the planned allocator's
+    policy: ``result["planned"]`` holds its predicted ``peak_reserved_bytes``,
+    ``served_share``, ``replans``, ``steps``, ``slab_bytes``, ``lower_bound``,
+    ``fallback_allocations_max_step`` and ``fits``; ``step_frame``,
+    ``step_every``, ``policy`` (a dict or JSON) and the policy keys
+    (``warmup_steps``, ``record_steps``, ``record_steps_changing``,
+    ``replan_miss_steps``, ``recent_steps``, ``exact_before_plan``) are its
+    flags. A trace written by the planned allocator (its ``trace`` option)
+    is read with its step markers. ``name`` is the file
     name a dict or bytes trace is replayed under (it is the trace's name in the
     result). Returns the ``--json`` object as a dict.
     """

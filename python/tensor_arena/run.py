@@ -14,8 +14,9 @@ paces the boundaries). The device is ``--device``, else
 npu, cuda found by torch, else cpu; the choice is printed to stderr. At exit,
 ``--report`` prints the text report and the summary to stderr, ``--stats`` and
 ``--snapshot`` write the stats JSON and a ``_snapshot()`` pickle, and
-``--trace`` has the library write every event to a CSV file as the run goes;
-``{rank}`` in a path is replaced by ``$RANK`` (0 without a launcher).
+``--trace`` has the library write every event to a CSV file as the run goes
+(``tensor-arena replay PATH --planned`` reads it); ``{rank}`` in a path is
+replaced by ``$RANK`` (0 without a launcher).
 
 Every key of the allocator's configuration has a flag (``--record-steps 3``,
 ``--no-exact-before-plan``, ...; see ``_POLICY_FLAGS``), and ``--policy JSON``
@@ -81,11 +82,12 @@ def _parser():
             ap.add_argument(flag, dest=key, type=kind, metavar="N", help=text)
     ap.add_argument("--policy", metavar="JSON", type=_policy_json,
                     help="configuration keys as a JSON object, passed as they are (flags win)")
-    ap.add_argument("--trace", metavar="PATH",
-                    help="write every allocator event to this CSV file (the policy's trace key)")
     ap.add_argument("--report", action="store_true", help="print the report and the summary to stderr at exit")
     ap.add_argument("--stats", metavar="PATH", help="write the stats JSON here at exit")
     ap.add_argument("--snapshot", metavar="PATH", help="write a _snapshot()-shaped pickle here at exit")
+    ap.add_argument("--trace", metavar="PATH",
+                    help="write every allocator event here (the allocator's trace CSV, flushed at each "
+                         "step boundary; the policy's trace key), for `tensor-arena replay PATH --planned`")
     ap.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     ap.add_argument("script", nargs="?", help="the training script, then its own arguments")
     return ap

@@ -48,6 +48,11 @@ pub enum TraceFormat {
     Snapshot,
 }
 
+/// The header line of the planned allocator's trace (`tensor_arena_alloc::trace`),
+/// which the command line reads (its steps and segment lines are not this
+/// format's).
+const ALLOCATOR_TRACE_HEADER: &str = "event,addr,size,stream";
+
 /// The two bytes every gzip stream starts with.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
@@ -180,6 +185,11 @@ impl Trace {
                 location: format!("line {}", n + 1),
                 message,
             };
+            if first && line == ALLOCATOR_TRACE_HEADER {
+                return Err(err(
+                    "this is the planned allocator's trace (header event,addr,size,stream, with step markers and segment lines): `tensor-arena replay` reads it, and so does the alloc crate's `tensor_arena_alloc::trace::read`".to_owned(),
+                ));
+            }
             if std::mem::take(&mut first) && is_header(&fields) {
                 columns = Some(Columns::from_header(&fields).map_err(err)?);
                 continue;
@@ -410,6 +420,17 @@ fn gunzip(
 mod tests {
     use super::*;
     use crate::diag::TraceEvent;
+
+    #[test]
+    fn the_allocators_trace_is_named_not_misread() {
+        let e = Trace::from_csv("t.csv", "event,addr,size,stream\nstep_begin,0,0,0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 1") && e.contains("planned allocator's trace"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn csv_with_comments_header_and_streams() {

@@ -20,6 +20,10 @@
 //!   ([`Trace::snapshot`]) unless [`Overrides`] give them, and says where
 //!   each came from; the snapshot's recorded state and the model held to
 //!   its recorded segment events are part of the [`Diagnosis`].
+//! - Steps: [`find_steps`] from a trace's own markers, its stack frames
+//!   (after the optimizer's step, [`optimizer_frame`]) or every N
+//!   allocations; the command line's `replay --planned` replays them
+//!   through the planned allocator.
 //! - Plot: [`timeline_svg`] (feature `plot`).
 //!
 //! ```
@@ -44,6 +48,7 @@ mod replay;
 mod report;
 #[cfg(feature = "pickle")]
 mod snapshot;
+mod steps;
 mod sweep;
 mod synthetic;
 mod trace;
@@ -59,6 +64,7 @@ pub use explain::{
 pub use plot::timeline_svg;
 pub use replay::{ModelReplay, OomAt, Sample, downsample, fits, replay_model};
 pub use report::{DiagnoseOptions, Diagnosis, TraceSummary, diagnose};
+pub use steps::{OPTIMIZER_FRAME, StepRule, find_steps, optimizer_frame};
 pub use sweep::{
     HEADROOM_FLOOR_BYTES, HEADROOM_FLOOR_FRACTION, Recommendation, SweepOptions, SweepRow,
     headroom_floor, sweep, sweep_on,
@@ -66,6 +72,6 @@ pub use sweep::{
 pub use synthetic::{SyntheticConfig, synthetic};
 pub use trace::{
     Allocation, DeviceSummary, Recorded, RecordedOom, RecordedState, SnapshotInfo, Source,
-    StreamState, Trace, TraceBuilder, TraceEvent,
+    StepSpan, StreamState, Trace, TraceBuilder, TraceEvent,
 };
 pub use trace_plan::{ArenaPlan, MAX_WINDOW, WHOLE_TRACE_LIMIT, intervals, place, plan_trace};

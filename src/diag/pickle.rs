@@ -55,10 +55,34 @@ pub(super) enum Node {
     },
     Dict(Vec<(V, V)>),
     Frame(Frame),
-    /// A frames list reduced to the site it names.
-    Site(Option<Rc<String>>),
+    /// A frames list reduced to the site it names and its Python frames.
+    Site(Option<Rc<String>>, Option<Stack>),
     Block(Block),
     Set,
+}
+
+/// The Python frames of one stack, innermost first, as ids into the
+/// snapshot's [`FrameTable`] (what step detection looks at).
+pub(super) type Stack = Rc<[u32]>;
+
+/// The distinct Python frames of a snapshot's stacks, interned as
+/// `FILE:LINE in FUNCTION` (the site's form).
+#[derive(Debug, Default)]
+pub(super) struct FrameTable {
+    /// Frame texts by id.
+    pub names: Vec<String>,
+    index: FxHashMap<String, u32>,
+}
+
+impl FrameTable {
+    fn id(&mut self, f: &Frame) -> u32 {
+        let text = format!("{}:{} in {}", f.filename, f.line, f.name);
+        let next = self.names.len() as u32;
+        *self.index.entry(text).or_insert_with_key(|t| {
+            self.names.push(t.clone());
+            next
+        })
+    }
 }
 
 /// A stack frame of a snapshot.
@@ -110,6 +134,8 @@ pub(super) struct Event {
     size: i64,
     pub stream: i64,
     pub site: Option<Rc<String>>,
+    /// Its Python frames (step detection).
+    pub stack: Option<Stack>,
 }
 
 /// `addr` or `size` absent (torch never writes `i64::MIN`).
@@ -179,7 +205,7 @@ const CPP_MACHINERY: [&str; 6] = [
 /// library code (`file:line in function`), else the innermost Python
 /// frame, else (a stack of C++ frames only) the innermost frame outside
 /// the unwinder and the allocator, else the innermost frame.
-fn pick_site(frames: &[V]) -> Option<Rc<String>> {
+fn pick_site(frames: &[V], table: &mut FrameTable) -> (Option<Rc<String>>, Option<Stack>) {
     let frames: Vec<Frame> = frames
         .iter()
         .filter_map(|f| match f {
@@ -190,28 +216,44 @@ fn pick_site(frames: &[V]) -> Option<Rc<String>> {
             _ => None,
         })
         .collect();
+    let python: Vec<u32> = frames
+        .iter()
+        .filter(|f| is_python(f))
+        .map(|f| table.id(f))
+        .collect();
+    let stack = (!python.is_empty()).then(|| Stack::from(python));
     let user = frames
         .iter()
         .find(|f| is_python(f) && !LIBRARY_PATHS.iter().any(|p| f.filename.contains(p)));
-    user.or_else(|| frames.iter().find(|f| is_python(f)))
+    let site = user
+        .or_else(|| frames.iter().find(|f| is_python(f)))
         .or_else(|| {
             frames
                 .iter()
                 .find(|f| !CPP_MACHINERY.iter().any(|m| f.name.contains(m)))
         })
         .or(frames.first())
-        .map(|f| Rc::new(format!("{}:{} in {}", f.filename, f.line, f.name)))
+        .map(|f| Rc::new(format!("{}:{} in {}", f.filename, f.line, f.name)));
+    (site, stack)
 }
 
 /// The site of a `frames` value, reducing a frames list in place.
-fn site_of(v: Option<&V>) -> Option<Rc<String>> {
-    let V::Node(n) = v? else { return None };
-    let reduced = match &*n.borrow() {
-        Node::Site(s) => return s.clone(),
-        Node::List { items, .. } => pick_site(items),
-        _ => return None,
+fn site_of(v: Option<&V>, table: &mut FrameTable) -> Option<Rc<String>> {
+    site_and_stack(v, table).0
+}
+
+/// The site and the Python frames of a `frames` value, reducing a frames
+/// list in place (once: lists are shared between entries).
+fn site_and_stack(v: Option<&V>, table: &mut FrameTable) -> (Option<Rc<String>>, Option<Stack>) {
+    let Some(V::Node(n)) = v else {
+        return (None, None);
     };
-    *n.borrow_mut() = Node::Site(reduced.clone());
+    let reduced = match &*n.borrow() {
+        Node::Site(s, st) => return (s.clone(), st.clone()),
+        Node::List { items, .. } => pick_site(items, table),
+        _ => return (None, None),
+    };
+    *n.borrow_mut() = Node::Site(reduced.0.clone(), reduced.1.clone());
     reduced
 }
 
@@ -246,7 +288,7 @@ enum Reduced {
     Keep,
 }
 
-fn reduce(dict: &[(V, V)]) -> Reduced {
+fn reduce(dict: &[(V, V)], table: &mut FrameTable) -> Reduced {
     if let Some(action) = text(get(dict, "action")) {
         let action = Action::parse(&action);
         let addr = if action == Action::Oom {
@@ -261,12 +303,14 @@ fn reduce(dict: &[(V, V)]) -> Reduced {
             // Nothing the trace needs: dropped, not kept.
             return Reduced::Drop;
         }
+        let (site, stack) = site_and_stack(get(dict, "frames"), table);
         return Reduced::Event(Event {
             action,
             addr: addr.unwrap_or(ABSENT),
             size: int(get(dict, "size")).unwrap_or(ABSENT),
             stream: int(get(dict, "stream")).unwrap_or(0),
-            site: site_of(get(dict, "frames")),
+            site,
+            stack,
         });
     }
     if let (Some(filename), Some(name)) = (text(get(dict, "filename")), text(get(dict, "name"))) {
@@ -291,7 +335,8 @@ fn reduce(dict: &[(V, V)]) -> Reduced {
             requested_size: int(get(dict, "requested_size"))
                 .or_else(|| int(from_history("real_size").as_ref())),
             allocated: state.starts_with("active"),
-            site: site_of(get(dict, "frames")).or_else(|| site_of(from_history("frames").as_ref())),
+            site: site_of(get(dict, "frames"), table)
+                .or_else(|| site_of(from_history("frames").as_ref(), table)),
         }));
     }
     Reduced::Keep
@@ -311,6 +356,7 @@ struct Machine<Rd> {
     /// Memo slot of each memoized container, to drop reduced entries.
     slot_of: FxHashMap<*const RefCell<Node>, u32>,
     hints: PlatformHints,
+    frames: FrameTable,
 }
 
 /// Stack frames that name one allocator or the other: evidence of the
@@ -342,12 +388,12 @@ impl PlatformHints {
 /// Reads one pickle from `input` and returns its top value.
 #[cfg(test)]
 pub(super) fn read<Rd: Read>(input: Rd) -> R<V> {
-    read_snapshot(input).map(|(v, _)| v)
+    read_snapshot(input).map(|(v, _, _)| v)
 }
 
-/// Reads one pickle from `input`: its top value and the platform its
-/// stack frames point at.
-pub(super) fn read_snapshot<Rd: Read>(input: Rd) -> R<(V, PlatformHints)> {
+/// Reads one pickle from `input`: its top value, the platform its stack
+/// frames point at, and its distinct Python frames.
+pub(super) fn read_snapshot<Rd: Read>(input: Rd) -> R<(V, PlatformHints, FrameTable)> {
     let mut m = Machine {
         input,
         buf: vec![0u8; 1 << 16].into_boxed_slice(),
@@ -359,9 +405,10 @@ pub(super) fn read_snapshot<Rd: Read>(input: Rd) -> R<(V, PlatformHints)> {
         memo: Vec::new(),
         slot_of: FxHashMap::default(),
         hints: PlatformHints::default(),
+        frames: FrameTable::default(),
     };
     let top = m.run()?;
-    Ok((top, m.hints))
+    Ok((top, m.hints, m.frames))
 }
 
 fn node(n: Node) -> V {
@@ -557,7 +604,7 @@ impl<Rd: Read> Machine<Rd> {
             let mut event = None;
             if let V::Node(child) = &item {
                 let reduced = match &*child.borrow() {
-                    Node::Dict(d) => reduce(d),
+                    Node::Dict(d) => reduce(d, &mut self.frames),
                     _ => Reduced::Keep,
                 };
                 match reduced {
@@ -1033,7 +1080,7 @@ mod tests {
         //              /x/model.py:3 fwd]}]},
         //  {"size": 512, "requested_size": 0, "state": "inactive"}], protocol=4)
         let bytes: &[u8] = b"\x80\x04\x95b\x01\x00\x00\x00\x00\x00\x00]\x94(}\x94(\x8c\x04size\x94M\x00\x04\x8c\x05state\x94\x8c\x10active_allocated\x94\x8c\x0erequested_size\x94M\xe8\x03\x8c\x07history\x94]\x94}\x94(\x8c\x04addr\x94M\x00\x10\x8c\x09real_size\x94M\xe8\x03\x8c\x06frames\x94]\x94(}\x94(\x8c\x08filename\x94\x8c\x02??\x94\x8c\x04line\x94K\x00\x8c\x04name\x94\x8c\x17torch::unwind::unwind()\x94u}\x94(h\x0e\x8c\x18CUDACachingAllocator.cpp\x94h\x10K\x00h\x11\x8cGc10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc\x94u}\x94(h\x0e\x8c\x0b/x/model.py\x94h\x10K\x03h\x11\x8c\x03fwd\x94ueuau}\x94(h\x02M\x00\x02h\x05K\x00h\x03\x8c\x08inactive\x94ue.";
-        let (v, hints) = read_snapshot(bytes).unwrap();
+        let (v, hints, _) = read_snapshot(bytes).unwrap();
         let blocks: Vec<Block> = v.items().iter().filter_map(V::as_block).collect();
         assert_eq!(
             blocks.len(),
@@ -1074,11 +1121,17 @@ mod tests {
             frame("??", "torch::autograd::Engine::evaluate_function"),
         ];
         assert_eq!(
-            pick_site(&frames).as_deref().map(String::as_str),
+            pick_site(&frames, &mut FrameTable::default())
+                .0
+                .as_deref()
+                .map(String::as_str),
             Some("??:0 in torch::autograd::Engine::evaluate_function")
         );
         assert_eq!(
-            pick_site(&frames[..2]).as_deref().map(String::as_str),
+            pick_site(&frames[..2], &mut FrameTable::default())
+                .0
+                .as_deref()
+                .map(String::as_str),
             Some("??:0 in torch::unwind::unwind()"),
             "nothing else: the innermost frame"
         );

@@ -263,7 +263,7 @@ pub(super) fn from_reader<Rd: BufRead>(
         location,
         message,
     };
-    let (top, hints) = pickle::read_snapshot(input).map_err(|e| {
+    let (top, hints, frames) = pickle::read_snapshot(input).map_err(|e| {
         err(
             format!("byte {}", e.at),
             format!("not a memory snapshot pickle ({})", e.message),
@@ -368,6 +368,17 @@ pub(super) fn from_reader<Rd: BufRead>(
     drop(traces);
     let mut streams = Streams::default();
     let mut b = TraceBuilder::<u64>::new(name);
+    b.set_frame_names(frames.names);
+    // Stacks are shared between entries: one id per distinct stack.
+    let mut stack_ids: HashMap<*const u32, u32> = HashMap::new();
+    let mut stack_of = |b: &mut TraceBuilder<u64>, e: &Event| {
+        if let Some(st) = &e.stack {
+            let id = *stack_ids
+                .entry(st.as_ptr())
+                .or_insert_with(|| b.add_stack(st.to_vec()));
+            b.set_event_stack(id);
+        }
+    };
     let mut recorded = Recorded::default();
     let mut reserved_delta = 0i128;
     let mut deltas: Vec<(usize, i128)> = Vec::new();
@@ -398,10 +409,12 @@ pub(super) fn from_reader<Rd: BufRead>(
                 if let Some(site) = &e.site {
                     b.set_site(site);
                 }
+                stack_of(&mut b, e);
             }
             Action::FreeCompleted => {
                 let (addr, size) = (field(e.addr(), "addr")?, field(e.size(), "size")?);
                 b.free_or_adopt(&addr, size, stream);
+                stack_of(&mut b, e);
             }
             Action::SegmentAlloc
             | Action::SegmentMap

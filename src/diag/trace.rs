@@ -33,6 +33,17 @@ pub enum TraceEvent {
     Free(usize),
 }
 
+/// One training step of a trace: the events `begin..end` (`end` is `None`
+/// for a step the trace stops inside).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StepSpan {
+    /// Index of its first event in [`Trace::events`].
+    pub begin: usize,
+    /// Index of the first event after it; `None`: it runs to the end of
+    /// the trace without ending.
+    pub end: Option<usize>,
+}
+
 /// Reserved memory as the recording allocator reported it (from a memory
 /// snapshot's segment events), to compare with the model.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
@@ -210,6 +221,16 @@ pub struct Trace {
     pub(super) snapshot: Option<Box<SnapshotInfo>>,
     /// Site of each allocation, an index into `sites` or [`NO_SITE`].
     pub(super) site_of: Vec<u32>,
+    /// Python stack frames (`FILE:LINE in FUNCTION`) of the snapshot's
+    /// stacks, by id.
+    pub(super) frame_names: Vec<String>,
+    /// Distinct stacks, innermost frame first, as ids into `frame_names`.
+    pub(super) stacks: Vec<Vec<u32>>,
+    /// Stack of each event, an index into `stacks` or [`NO_SITE`]; empty
+    /// when no event has one.
+    pub(super) event_stack: Vec<u32>,
+    /// Steps the trace marks itself (the planned allocator's trace).
+    pub(super) steps: Vec<StepSpan>,
 }
 
 /// `site_of` entry of an allocation without a recorded site.
@@ -267,6 +288,44 @@ impl Trace {
     /// What the memory snapshot said beside its trace (snapshots only).
     pub fn snapshot(&self) -> Option<&SnapshotInfo> {
         self.snapshot.as_deref()
+    }
+
+    /// The Python frames of the stack recorded with event `at` (an alloc
+    /// or a free of a snapshot with stacks), innermost first, as
+    /// `FILE:LINE in FUNCTION`.
+    pub fn event_frames(&self, at: usize) -> impl Iterator<Item = &str> {
+        let stack = self
+            .event_stack
+            .get(at)
+            .and_then(|&s| self.stacks.get(s as usize));
+        stack
+            .into_iter()
+            .flatten()
+            .filter_map(|&f| self.frame_names.get(f as usize).map(String::as_str))
+    }
+
+    /// Whether any event has recorded stack frames.
+    pub fn has_frames(&self) -> bool {
+        !self.event_stack.is_empty()
+    }
+
+    /// Distinct Python frames of the trace's stacks (`FILE:LINE in
+    /// FUNCTION`), by id.
+    pub fn frame_names(&self) -> &[String] {
+        &self.frame_names
+    }
+
+    /// Distinct stacks, as ids into [`Trace::frame_names`], and the stack
+    /// of each event (an index into them, `u32::MAX` for none; empty when
+    /// no event has one).
+    pub fn stacks(&self) -> (&[Vec<u32>], &[u32]) {
+        (&self.stacks, &self.event_stack)
+    }
+
+    /// The steps the trace marks itself (`step_begin` / `step_end` of the
+    /// planned allocator's trace); empty for other traces.
+    pub fn marked_steps(&self) -> &[StepSpan] {
+        &self.steps
     }
 
     /// Whether any allocation has a recorded site.
@@ -332,6 +391,10 @@ pub struct TraceBuilder<K> {
     site_of: Vec<u32>,
     releases: Vec<usize>,
     snapshot: Option<Box<SnapshotInfo>>,
+    frame_names: Vec<String>,
+    stacks: Vec<Vec<u32>>,
+    event_stack: Vec<u32>,
+    steps: Vec<StepSpan>,
 }
 
 impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
@@ -349,6 +412,51 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
             site_of: Vec::new(),
             releases: Vec::new(),
             snapshot: None,
+            frame_names: Vec::new(),
+            stacks: Vec::new(),
+            event_stack: Vec::new(),
+            steps: Vec::new(),
+        }
+    }
+
+    /// Sets the table of frame texts that stacks refer to by id.
+    pub fn set_frame_names(&mut self, names: Vec<String>) {
+        self.frame_names = names;
+    }
+
+    /// Adds a stack (frame ids, innermost first) and returns its id for
+    /// [`TraceBuilder::set_event_stack`].
+    pub fn add_stack(&mut self, frames: Vec<u32>) -> u32 {
+        self.stacks.push(frames);
+        self.stacks.len() as u32 - 1
+    }
+
+    /// Records that the event made last (an alloc or a free) was made
+    /// with stack `stack`.
+    pub fn set_event_stack(&mut self, stack: u32) {
+        let Some(last) = self.events.len().checked_sub(1) else {
+            return;
+        };
+        if self.event_stack.len() < self.events.len() {
+            self.event_stack.resize(self.events.len(), NO_SITE);
+        }
+        self.event_stack[last] = stack;
+    }
+
+    /// A step begins before the next event (a `step_begin` marker). The
+    /// caller keeps markers in order (the trace parser checks them).
+    pub fn step_begin(&mut self) {
+        self.steps.push(StepSpan {
+            begin: self.events.len(),
+            end: None,
+        });
+    }
+
+    /// The step begun last ends before the next event.
+    pub fn step_end(&mut self) {
+        let at = self.events.len();
+        if let Some(s) = self.steps.last_mut().filter(|s| s.end.is_none()) {
+            s.end = Some(at);
         }
     }
 
@@ -511,6 +619,22 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
             }
             r
         });
+        let event_stack = if self.event_stack.is_empty() {
+            Vec::new()
+        } else {
+            let mut v = vec![NO_SITE; shift];
+            v.extend(self.event_stack);
+            v.resize(events.len(), NO_SITE);
+            v
+        };
+        let steps = self
+            .steps
+            .into_iter()
+            .map(|s| StepSpan {
+                begin: s.begin + shift,
+                end: s.end.map(|e| e + shift),
+            })
+            .collect();
         let sites = if site_of.iter().all(|&s| s == NO_SITE) {
             Vec::new()
         } else {
@@ -526,6 +650,10 @@ impl<K: Hash + Eq + std::fmt::Display> TraceBuilder<K> {
             site_of,
             releases: self.releases.into_iter().map(|r| r + shift).collect(),
             snapshot: self.snapshot,
+            frame_names: self.frame_names,
+            stacks: self.stacks,
+            event_stack,
+            steps,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Subcommand dispatch. Add a subcommand as a variant of [`Command`] with
 //! its `Args` type and `run` function in a module of its own.
 
+mod alloc_trace;
 mod plan;
+mod planned;
 mod replay;
 
 use std::process::ExitCode;
@@ -22,7 +24,7 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Replay an allocation trace through the caching-allocator model and
     /// the planner (fragmentation diagnostics).
-    Replay(replay::ReplayArgs),
+    Replay(Box<replay::ReplayArgs>),
 }
 
 /// Runs the chosen subcommand.
@@ -30,7 +32,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match cli.command {
         Command::Plan(args) => plan::run(args),
         Command::Replay(args) => {
-            replay::run(args)?;
+            replay::run(*args)?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -44,7 +46,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
 #[allow(dead_code)]
 pub fn output(cli: Cli) -> Result<String, Box<dyn std::error::Error>> {
     match cli.command {
-        Command::Replay(args) => Ok(replay::output(args)?),
+        Command::Replay(args) => Ok(replay::output(*args)?),
         Command::Plan(_) => Err("`plan` prints as it runs; call run() for it".into()),
     }
 }

@@ -12,6 +12,10 @@ use tensor_arena::diag::{
 };
 use tensor_arena::units::parse_bytes;
 use tensor_arena::{Error, Result};
+use tensor_arena_alloc::trace as alloc_trace_format;
+
+use super::alloc_trace::{self, AllocatorTrace};
+use super::planned::{self, PolicyArgs, StepArgs};
 
 /// Replay an allocation trace through a model of the torch_npu (or CUDA)
 /// caching allocator and through the planner: peak reserved vs allocated,
@@ -20,13 +24,18 @@ use tensor_arena::{Error, Result};
 /// the sites that pin it, and the arena's footprint; with --sweep, a grid
 /// of PYTORCH_NPU_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF settings and a
 /// recommendation. For a memory snapshot, the platform, the settings and
-/// the capacity come from the snapshot unless flags give them.
+/// the capacity come from the snapshot unless flags give them. With
+/// --planned, the trace's requests also go through the planned
+/// allocator's own policy, step by step, and the report predicts its
+/// whole-run peak reserved, served share, re-plans and slab.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// Trace file: a PyTorch / torch_npu memory snapshot pickle
-    /// (`_dump_snapshot`, or torch_npu's `oom_snapshot_*.pickle`), CSV
-    /// (`alloc,ID,SIZE[,STREAM]` / `free,ID[,SIZE]`, header line optional)
-    /// or JSON lines; any of them may be gzip-compressed.
+    /// (`_dump_snapshot`, or torch_npu's `oom_snapshot_*.pickle`), the
+    /// planned allocator's trace (header `event,addr,size,stream`, with
+    /// step markers), CSV (`alloc,ID,SIZE[,STREAM]` / `free,ID[,SIZE]`,
+    /// header line optional) or JSON lines; any but the allocator's trace
+    /// may be gzip-compressed.
     #[arg(required_unless_present = "synthetic", conflicts_with = "synthetic")]
     trace: Option<PathBuf>,
     /// Trace format (default: from the file name, else the content).
@@ -95,9 +104,20 @@ pub struct ReplayArgs {
     /// Seed of the synthetic trace.
     #[arg(long, default_value_t = 1, requires = "synthetic")]
     seed: u64,
-    /// Also write the trace in the CSV event format to this file.
+    /// Also write the trace to this file in the planned allocator's trace
+    /// format (`event,addr,size,stream`; with --planned, with the steps
+    /// found).
     #[arg(long, value_name = "OUT")]
     save_trace: Option<PathBuf>,
+    /// Also replay the trace through the planned allocator's policy and
+    /// predict its figures (section `planned allocator (predicted)`, JSON
+    /// key `planned`).
+    #[arg(long)]
+    planned: bool,
+    #[command(flatten)]
+    steps: StepArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
     /// Skip the capacity scan of the configured setting.
     #[arg(long)]
     no_search: bool,
@@ -156,7 +176,18 @@ pub fn run(args: ReplayArgs) -> Result<()> {
 /// What the subcommand prints (the report, or the JSON with `--json`),
 /// after writing the files it was asked for.
 pub fn output(args: ReplayArgs) -> Result<String> {
+    // The planned allocator's trace, detected by its header.
+    let allocator: Option<AllocatorTrace> = match (&args.trace, args.format) {
+        (Some(path), None | Some(Format::Csv)) if alloc_trace::is_allocator_trace(path) => {
+            Some(alloc_trace::read(path)?)
+        }
+        _ => None,
+    };
     let trace = match (&args.trace, args.synthetic) {
+        _ if allocator.is_some() => allocator
+            .as_ref()
+            .map(|a| a.trace.clone())
+            .unwrap_or_default(),
         (_, Some(steps)) => synthetic(&SyntheticConfig {
             steps,
             seed: args.seed,
@@ -194,9 +225,27 @@ pub fn output(args: ReplayArgs) -> Result<String> {
             capacity: args.capacity,
         },
     )?;
+    let planned_events = if args.planned {
+        Some(planned::planned_events(
+            &trace,
+            allocator.as_ref(),
+            &args.steps,
+        )?)
+    } else {
+        None
+    };
     if let Some(out) = &args.save_trace {
-        write(out, trace.to_csv().as_bytes())?;
+        let text = match (&allocator, &planned_events) {
+            (Some(a), _) => alloc_trace_format::to_text(&a.events),
+            (None, Some(p)) => alloc_trace_format::to_text(&p.events),
+            (None, None) => alloc_trace_format::to_text(&alloc_trace::to_allocator_events(
+                &trace,
+                trace.marked_steps(),
+            )),
+        };
+        write(out, text.as_bytes())?;
     }
+    let capacity_checked = configured.config.capacity;
     let window = args.window.unwrap_or(DEFAULT_WINDOW);
     let sweep = args.sweep.then(|| {
         let d = SweepOptions::default();
@@ -228,16 +277,38 @@ pub fn output(args: ReplayArgs) -> Result<String> {
     if let Some(out) = &args.svg {
         write(out, timeline_svg(&d, 960, 600)?.as_bytes())?;
     }
+    let prediction = match planned_events {
+        Some(events) => Some(planned::predict(
+            &trace,
+            events,
+            &args.policy,
+            platform,
+            capacity_checked,
+            &d,
+        )?),
+        None => None,
+    };
+    let json_error = |e: serde_json::Error| Error::InvalidArgument {
+        what: "diagnosis",
+        value: "JSON".to_owned(),
+        reason: e.to_string(),
+    };
     let text = if args.json {
-        let mut text = serde_json::to_string_pretty(&d).map_err(|e| Error::InvalidArgument {
-            what: "diagnosis",
-            value: "JSON".to_owned(),
-            reason: e.to_string(),
-        })?;
+        let mut value = serde_json::to_value(&d).map_err(json_error)?;
+        if let (Some(p), Some(object)) = (&prediction, value.as_object_mut()) {
+            object.insert(
+                "planned".to_owned(),
+                serde_json::to_value(p).map_err(json_error)?,
+            );
+        }
+        let mut text = serde_json::to_string_pretty(&value).map_err(json_error)?;
         text.push('\n');
         text
     } else {
         let mut text = d.to_string();
+        if let Some(p) = &prediction {
+            text.push_str(&planned::section(p));
+        }
         if let Some(out) = &args.svg {
             text.push_str(&format!("  timeline written to {}\n", out.display()));
         }
