@@ -413,64 +413,6 @@ pub unsafe fn mem_info(rt: &RuntimeFns, attr: c_int) -> Result<(usize, usize), F
     Ok((free, total))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failures_become_typed_errors() {
-        let f = Failure {
-            op: "aclrtMalloc".into(),
-            code: 207_001,
-            message: "out of memory".into(),
-        };
-        let e = f.into_error("ascend:0");
-        assert!(matches!(
-            &e,
-            Error::Acl {
-                code: 207_001,
-                name: "ACL_ERROR_RT_MEMORY_ALLOCATION",
-                ..
-            }
-        ));
-        let text = e.to_string();
-        assert!(
-            text.contains("aclrtMalloc")
-                && text.contains("207001")
-                && text.contains("out of memory"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn every_named_code_is_distinct() {
-        let codes = [
-            100_000, 100_002, 107_000, 161_001, 161_002, 207_001, 207_018, 507_015, 561_000,
-            561_107, 561_112, 507_899,
-        ];
-        let names: std::collections::HashSet<_> = codes.iter().map(|&c| code_name(c)).collect();
-        assert_eq!(names.len(), codes.len());
-        assert!(!names.contains("unknown"));
-    }
-
-    #[test]
-    fn installation_codes_carry_their_fix() {
-        for (code, word) in [(561_107, "ASCEND_OPP_PATH"), (561_112, "kernel package")] {
-            let e = Failure {
-                op: "aclnnMmGetWorkspaceSize".into(),
-                code,
-                message: "inner error".into(),
-            }
-            .into_error("ascend:0");
-            let text = e.to_string();
-            assert!(
-                text.contains(word) && text.contains("inner error") && !text.contains("unknown"),
-                "{text}"
-            );
-        }
-    }
-}
-
 /// The failure of an event entry point the loaded runtime does not export.
 fn missing(op: &str) -> Failure {
     Failure {
@@ -529,4 +471,62 @@ pub unsafe fn destroy_event(rt: &RuntimeFns, event: AclrtEvent) -> Result<(), Fa
         .ok_or_else(|| missing("aclrtDestroyEvent"))?;
     // SAFETY: the caller's promise.
     check(rt, "aclrtDestroyEvent", unsafe { destroy(event) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_become_typed_errors() {
+        let f = Failure {
+            op: "aclrtMalloc".into(),
+            code: 207_001,
+            message: "out of memory".into(),
+        };
+        let e = f.into_error("ascend:0");
+        assert!(matches!(
+            &e,
+            Error::Acl {
+                code: 207_001,
+                name: "ACL_ERROR_RT_MEMORY_ALLOCATION",
+                ..
+            }
+        ));
+        let text = e.to_string();
+        assert!(
+            text.contains("aclrtMalloc")
+                && text.contains("207001")
+                && text.contains("out of memory"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_named_code_is_distinct() {
+        let codes = [
+            100_000, 100_002, 107_000, 161_001, 161_002, 207_001, 207_018, 507_015, 561_000,
+            561_107, 561_112, 507_899,
+        ];
+        let names: std::collections::HashSet<_> = codes.iter().map(|&c| code_name(c)).collect();
+        assert_eq!(names.len(), codes.len());
+        assert!(!names.contains("unknown"));
+    }
+
+    #[test]
+    fn installation_codes_carry_their_fix() {
+        for (code, word) in [(561_107, "ASCEND_OPP_PATH"), (561_112, "kernel package")] {
+            let e = Failure {
+                op: "aclnnMmGetWorkspaceSize".into(),
+                code,
+                message: "inner error".into(),
+            }
+            .into_error("ascend:0");
+            let text = e.to_string();
+            assert!(
+                text.contains(word) && text.contains("inner error") && !text.contains("unknown"),
+                "{text}"
+            );
+        }
+    }
 }
