@@ -277,7 +277,9 @@ impl PlannedAllocator {
         if serving && self.in_step {
             self.counters.requests_serving += 1;
             if let Some(addr) = self
-                .serve_planned(origin, size64, stream)
+                .planned_slot_clear(origin, size64, stream)
+                .then(|| self.serve_planned(origin, size64, stream))
+                .flatten()
                 .and_then(|a| self.planned_served(origin, size64, a))
             {
                 self.counters.served += 1;

@@ -380,7 +380,13 @@ impl Tracker {
     /// Whether caching pool `which` changed since the last
     /// [`Tracker::observe`] (cheap: one comparison of counters).
     pub fn changed(&self, which: usize, model: &CachingStats) -> bool {
-        self.seen[which].model != *model
+        // Every malloc and free moves `allocation`'s totals, every device
+        // call `reserved_bytes`'s.
+        let old = &self.seen[which].model;
+        old.allocation.allocated != model.allocation.allocated
+            || old.allocation.freed != model.allocation.freed
+            || old.reserved_bytes.allocated != model.reserved_bytes.allocated
+            || old.reserved_bytes.freed != model.reserved_bytes.freed
     }
 
     /// Takes in what caching pool `which` (0: fallback, 1: scratch) did

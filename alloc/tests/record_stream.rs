@@ -280,8 +280,15 @@ impl Shadow {
 /// Runs `body` in every one of `steps` steps (plus a persistent block
 /// outside steps that a side stream uses): warm-up and recorded steps go
 /// through the caching pools, later ones through the plan.
-fn run_program(body: &[Op], steps: usize, release_between: &[bool]) -> Result<(), TestCaseError> {
-    let mut a = npu_allocator(r#", "replan_miss_steps": 1"#);
+fn run_program(
+    body: &[Op],
+    steps: usize,
+    release_between: &[bool],
+    checked: bool,
+) -> Result<(), TestCaseError> {
+    let mut a = npu_allocator(&format!(
+        r#", "replan_miss_steps": 1, "checked": {checked}"#
+    ));
     let sim = Sim::open();
     let sides: Vec<usize> = (0..SIDES).map(|_| sim.stream()).collect();
     let mut shadow = Shadow::default();
@@ -391,6 +398,9 @@ fn run_program(body: &[Op], steps: usize, release_between: &[bool]) -> Result<()
         s.errors
     );
     prop_assert_eq!(s.errors.event_failed, 0);
+    // Checked mode poisons a waiting slot only once its events completed,
+    // and finds every guard intact.
+    prop_assert_eq!(s.errors.guard_violations, 0);
     let d = a.device_stats();
     prop_assert_eq!(d.allocation.all.current, 0);
     prop_assert_eq!(d.active.all.current, 0);
@@ -409,9 +419,10 @@ proptest! {
         body in prop::collection::vec(op(), 1..24),
         steps in 3usize..8,
         release_between in prop::collection::vec(any::<bool>(), 1..4),
+        checked in any::<bool>(),
     ) {
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-        run_program(&body, steps, &release_between)?;
+        run_program(&body, steps, &release_between, checked)?;
     }
 }
 

@@ -42,6 +42,8 @@ pub(super) struct Side {
     exact_seen: u64,
     /// Out-of-memory answers as last counted.
     ooms_seen: u64,
+    /// Requests served from the plan as last counted.
+    served_seen: u64,
 }
 
 impl Side {
@@ -53,6 +55,7 @@ impl Side {
             slabs_seen: Vec::new(),
             exact_seen: 0,
             ooms_seen: 0,
+            served_seen: 0,
         }
     }
 }
@@ -152,6 +155,11 @@ impl PlannedAllocator {
     /// After a request: the statistics take in what the pools did, and an
     /// out-of-memory answer.
     pub(super) fn after_alloc(&mut self, size: u64) {
+        if self.counters.served != self.side.served_seen {
+            // Served from the plan (counted then): the pools did not move.
+            self.side.served_seen = self.counters.served;
+            return;
+        }
         self.stats_pool_sync(size);
         let ooms = self.counters.errors.out_of_memory;
         if ooms != self.side.ooms_seen {
@@ -162,8 +170,39 @@ impl PlannedAllocator {
         }
     }
 
-    /// A planned slot was served at `addr`: refused (and undone) when a
-    /// waiting block holds some of its bytes, else counted.
+    /// Before a planned slot is served (and written, in checked mode):
+    /// `false`, a `pending` miss, when a waiting block holds some of the
+    /// bytes of the slot the request would get. Requests the plan would
+    /// refuse anyway pass, to be counted under their own reason.
+    pub(super) fn planned_slot_clear(&mut self, origin: Origin, size: u64, stream: u32) -> bool {
+        if self.side.uses.is_idle() {
+            return true;
+        }
+        self.poll_pending();
+        let Some(slab) = self.slab.as_ref() else {
+            return true;
+        };
+        let Some(site) = slab.plan.sites.get(origin.k as usize) else {
+            return true;
+        };
+        if stream != slab.plan.stream || site.unplanned.is_some() || size > site.capacity {
+            return true;
+        }
+        // Odd steps use the alternate slot (PlannedSlab::serve).
+        let offset = if origin.step % 2 == 1 {
+            site.alternate.unwrap_or(site.offset)
+        } else {
+            site.offset
+        };
+        let addr = slab.base + offset as usize;
+        if self.side.uses.overlaps(addr, site.slot) {
+            self.counters.misses.pending += 1;
+            return false;
+        }
+        true
+    }
+
+    /// A planned slot was served at `addr`: counted.
     pub(super) fn planned_served(
         &mut self,
         origin: Origin,
@@ -171,16 +210,7 @@ impl PlannedAllocator {
         addr: usize,
     ) -> Option<usize> {
         let slot = self.slab.as_ref()?.plan.sites.get(origin.k as usize)?.slot;
-        if !self.side.uses.is_idle() {
-            self.poll_pending();
-            if self.side.uses.overlaps(addr, slot) {
-                if let Some(slab) = self.slab.as_mut() {
-                    slab.free(addr);
-                }
-                self.counters.misses.pending += 1;
-                return None;
-            }
-        }
+        debug_assert!(self.side.uses.is_idle() || !self.side.uses.overlaps(addr, slot));
         self.side.stats.block_alloc(is_small(slot), slot, size);
         Some(addr)
     }
