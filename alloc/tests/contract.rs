@@ -67,6 +67,12 @@ fn empty_cache_gives_back_cached_segments_and_idle_slabs_and_keeps_live_blocks()
         assert_eq!(tensor_arena_step_end(), 0);
     }
     assert_eq!(stats()["phase"], "serving");
+    // Between steps the slab holds no live block: all of it is one free
+    // gap, larger than anything the fallback caches (the kept block's
+    // 2 MiB segment).
+    let slab = stats()["slab_bytes"].as_u64().unwrap();
+    assert!(slab > 2 << 20);
+    assert!(tensor_arena_cache_info() as u64 >= slab);
     // Cached fallback memory: blocks freed between steps.
     let tmp: Vec<*mut u8> = (0..4).map(|_| alloc(4 << 20)).collect();
     tmp.into_iter().for_each(free);
