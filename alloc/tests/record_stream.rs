@@ -477,3 +477,30 @@ fn record_stream_steady_steps_are_planned_when_a_side_stream_lags_a_step() {
     );
     sim.destroy(side);
 }
+
+#[test]
+fn record_stream_bad_input_is_counted_never_acted_on() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut a = npu_allocator("");
+    let sim = Sim::open();
+    let side = sim.stream();
+    // Not a live block: nothing recorded.
+    assert!(!a.record_stream(0x1234, side));
+    assert!(!a.erase_stream(0x1234, side));
+    let x = a.alloc(4096, 0, 0).unwrap();
+    assert!(a.record_stream(x, side));
+    sim.hold(side);
+    a.free(x);
+    // A second free of a block that waits: a double free, not a second wait.
+    a.free(x);
+    assert_eq!(a.stats().errors.double_free, 1);
+    assert_eq!(a.pending_blocks(), 1);
+    // record_stream on a freed block does nothing.
+    assert!(!a.record_stream(x, side));
+    sim.release(side);
+    a.step_begin().unwrap();
+    a.step_end().unwrap();
+    assert_eq!(a.pending_blocks(), 0);
+    assert_eq!(a.live_blocks(), 0);
+    sim.destroy(side);
+}

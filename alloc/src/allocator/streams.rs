@@ -455,6 +455,10 @@ impl PlannedAllocator {
     /// # Ok::<(), tensor_arena_alloc::Error>(())
     /// ```
     pub fn record_stream(&mut self, addr: usize, stream: usize) -> bool {
+        // A freed block still waiting is not live (its pool still holds it).
+        if !self.side.uses.is_idle() && self.side.uses.pending_at(addr).is_some() {
+            return false;
+        }
         let id = self.stream_id(stream);
         let allocated_on = match self.locate(addr) {
             None => return false,
