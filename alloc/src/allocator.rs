@@ -21,6 +21,11 @@ use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, PlanWindow, Stats, fragmentation};
 use crate::trace::{TraceLog, TracedBacking};
 
+// torch's contract beyond alloc/free: device statistics, stream-safe
+// reuse, empty_cache, the memory fraction (hooks called below).
+mod streams;
+use streams::Freeing;
+
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
 const PLACEMENT_TIME_LIMIT: Duration = Duration::from_secs(5);
@@ -77,6 +82,7 @@ enum Kind {
     OtherDevice = 256,
     Guard = 32,
     Replan = 128,
+    Event = 512,
 }
 
 /// A planned allocator over one backing. Not thread-safe by itself: the C
@@ -156,6 +162,8 @@ pub struct PlannedAllocator {
     logged: u32,
     last_null: String,
     trace: Option<TraceLog>,
+    /// Device statistics and stream state (allocator/streams.rs).
+    side: streams::Side,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -241,6 +249,7 @@ impl PlannedAllocator {
             logged: 0,
             last_null: String::new(),
             trace: None,
+            side: streams::Side::new(caching_config(platform).max_split_size),
         }
     }
 
@@ -263,6 +272,7 @@ impl PlannedAllocator {
     /// for the default stream); `None` is out of memory or bad input
     /// (counted in [`Stats::errors`]).
     pub fn alloc(&mut self, size: usize, device: i32, stream: usize) -> Option<usize> {
+        self.poll_pending();
         let mine = self.backing.device();
         if device >= 0 && mine >= 0 && device != mine {
             self.error(Kind::OtherDevice, || {
@@ -289,6 +299,7 @@ impl PlannedAllocator {
             return None;
         }
         let addr = self.alloc_inner(size, stream);
+        self.after_alloc(size as u64);
         if addr.is_some() && self.in_step {
             self.live_this_bytes += size as u64;
         }
@@ -325,9 +336,11 @@ impl PlannedAllocator {
                     if let Some(slab) = self.slab.as_mut() {
                         slab.begin_step();
                     }
+                    // The device statistics see the new region now.
+                    self.sync_slabs();
                 }
             } else {
-                let got = self.exact.malloc(&mut self.backing, size64, origin);
+                let got = self.exact.malloc(&mut self.backing, size64, stream, origin);
                 if let Some(addr) = got {
                     self.comparison.alloc(addr, size64, stream);
                     self.counters.requests_serving += 1;
@@ -353,7 +366,7 @@ impl PlannedAllocator {
                     // within the step's budget of device calls.
                     (self.exact_this_step < EXACT_PER_STEP).then_some(())?;
                     self.exact_this_step += 1;
-                    let got = self.exact.malloc(&mut self.backing, size64, origin);
+                    let got = self.exact.malloc(&mut self.backing, size64, stream, origin);
                     if got.is_some() {
                         self.counters.fallback_this_step += 1;
                     }
@@ -364,7 +377,7 @@ impl PlannedAllocator {
                 // 2 MiB segment of the pool.
                 Err(false) if self.exact_this_step < EXACT_PER_STEP => {
                     self.exact_this_step += 1;
-                    let got = self.exact.malloc(&mut self.backing, size64, origin);
+                    let got = self.exact.malloc(&mut self.backing, size64, stream, origin);
                     if got.is_some() {
                         self.counters.fallback_this_step += 1;
                     }
@@ -398,10 +411,10 @@ impl PlannedAllocator {
         // scratch pool that goes back once the slab serves them.
         let got = match (self.phase, self.in_step) {
             (Phase::Recording, true) if carried || self.config.exact_before_plan => {
-                self.exact.malloc(backing, size64, origin)
+                self.exact.malloc(backing, size64, stream, origin)
             }
             (Phase::Warmup, _) | (Phase::Recording, false) if self.config.exact_before_plan => {
-                self.exact.malloc(backing, size64, origin)
+                self.exact.malloc(backing, size64, stream, origin)
             }
             (Phase::Warmup, true) => self.scratch.malloc(backing, size64, stream, origin),
             (Phase::Warmup | Phase::Recording, false) => {
@@ -465,15 +478,20 @@ impl PlannedAllocator {
         if let Some(t) = &self.trace {
             t.free(addr);
         }
-        let at = self.now();
         let checked = self.checked;
         self.comparison.free(addr);
+        let at = match self.before_free(addr) {
+            Freeing::Done => return,
+            Freeing::Late(at) => at,
+            Freeing::Plain => self.now(),
+        };
         if let Some(slab) = self.slab.as_mut().filter(|s| s.contains(addr)) {
             if let Some(block) = slab.free(addr) {
-                let slot = block.site.map(|k| slab.plan.sites[k].slot);
+                let slot = Some(block.slot);
                 self.records.freed(block.origin, at);
                 self.note_freed(block.origin, block.size);
                 self.counters.live_bytes -= block.size;
+                self.stats_planned_free(block.slot, block.size);
                 if let (true, Some(slot)) = (checked, slot) {
                     self.check_and_poison(addr, block.size, slot);
                 }
@@ -489,19 +507,20 @@ impl PlannedAllocator {
         if let Some(i) = self.retiring.iter().position(|s| s.contains(addr)) {
             match self.retiring[i].free(addr) {
                 Some(block) => {
-                    let slot = block.site.map(|k| self.retiring[i].plan.sites[k].slot);
+                    let slot = Some(block.slot);
                     self.records.freed(block.origin, at);
                     self.note_freed(block.origin, block.size);
-                self.note_freed(block.origin, block.size);
                     self.counters.live_bytes -= block.size;
+                    self.stats_planned_free(block.slot, block.size);
                     if let (true, Some(slot)) = (checked, slot) {
                         self.check_and_poison(addr, block.size, slot);
                     }
-                    if self.retiring[i].live_count() == 0 {
+                    if self.retiring[i].live_count() == 0 && !self.pending_in_slab(&self.retiring[i]) {
                         let old = self.retiring.swap_remove(i);
                         for (base, _) in old.regions() {
                             self.backing.release(base);
                         }
+                        self.sync_slabs();
                     }
                 }
                 None => self.error(Kind::DoubleFree, || {
@@ -525,6 +544,7 @@ impl PlannedAllocator {
                     self.note_freed(origin, size);
                 }
                 self.counters.live_bytes -= size;
+                self.stats_pool_sync(size);
             }
             None if self.fallback.owns_region_of(addr)
                 || self.scratch.owns_region_of(addr)
@@ -567,6 +587,7 @@ impl PlannedAllocator {
         self.counters.fallback_this_step = 0;
         self.counters.misses_at_step_start = self.counters.misses.curable();
         self.counters.reservations_at_step_start = self.backing.reservations();
+        self.at_step_begin();
         Ok(())
     }
 
@@ -672,6 +693,7 @@ impl PlannedAllocator {
                 }
             }
         }
+        self.at_step_end();
         Ok(())
     }
 
@@ -679,6 +701,7 @@ impl PlannedAllocator {
     /// found (their memory is released too: they count as leaked) and
     /// starts over in warm-up with the same settings.
     pub fn reset(&mut self) -> usize {
+        self.forget_streams();
         let leaked = self.live_blocks();
         for slab in self.slab.take().into_iter().chain(self.retiring.drain(..)) {
             for (base, _) in slab.regions() {
@@ -828,10 +851,18 @@ impl PlannedAllocator {
         }
         match slab.serve(origin, size, stream) {
             Ok(addr) => {
+                let slot = slab
+                    .live_site_at(addr)
+                    .map_or(GUARD, |k| slab.plan.sites[k].slot);
+                // A slot whose bytes still wait for events of streams that
+                // used them (record_stream) is not served: a miss of its own.
+                if !self.side.uses.is_idle() && self.side.uses.overlaps(addr, slot) {
+                    slab.free(addr);
+                    self.counters.misses.pending += 1;
+                    return Err(true);
+                }
+                self.planned_served(slot, size);
                 if self.checked {
-                    let slot = slab
-                        .live_site_at(addr)
-                        .map_or(GUARD, |k| slab.plan.sites[k].slot);
                     let guard_at = addr + (slot - GUARD) as usize;
                     if self
                         .backing
@@ -872,8 +903,25 @@ impl PlannedAllocator {
     /// slab that no live block holds (best fit), counted in
     /// `served_in_gaps`.
     fn place_in_gap(&mut self, origin: Origin, size: u64) -> Option<usize> {
-        let slot = site_plan::slot_for(size, self.platform.pad() as u64, false);
-        let addr = self.slab.as_mut()?.place_in_gap(origin, size, slot)?;
+        let slot = site_plan::slot_for(size, self.platform.pad() as u64, self.checked);
+        let slab = self.slab.as_mut()?;
+        let addr = slab.place_in_gap(origin, size, slot)?;
+        // Bytes that wait for other streams' events are not free yet.
+        if !self.side.uses.is_idle() && self.side.uses.overlaps(addr, slot) {
+            slab.free(addr);
+            return None;
+        }
+        self.planned_served(slot, size);
+        if self.checked {
+            let guard_at = addr + (slot - GUARD) as usize;
+            if self
+                .backing
+                .fill(guard_at, GUARD as usize, GUARD_BYTE)
+                .is_err()
+            {
+                self.counters.errors.guard_violations += 1;
+            }
+        }
         self.counters.served_in_gaps += 1;
         Some(addr)
     }
@@ -956,7 +1004,8 @@ impl PlannedAllocator {
                 if self.checked {
                     let _ = self.backing.fill(base, bytes, POISON_BYTE);
                 }
-                Some(PlannedSlab::new(plan, base, bytes))
+                let slab = PlannedSlab::new(plan, base, bytes);
+                Some(slab)
             }
             Err(e) => {
                 self.error(Kind::Replan, || {
@@ -1011,7 +1060,7 @@ impl PlannedAllocator {
                 // are gone (below); a slab still holding blocks keeps its
                 // regions and gets one more for the offsets past them, so
                 // the old and a new whole region are never held at once.
-                if old.live_count() == 0 {
+                if old.live_count() == 0 && !self.pending_in_slab(&old) {
                     for (base, _) in old.regions() {
                         self.backing.release(base);
                     }
@@ -1128,6 +1177,8 @@ impl PlannedAllocator {
             Kind::OtherDevice => e.other_device += 1,
             Kind::Guard => {}
             Kind::Replan => e.replan_failed += 1,
+            // Counted where it happens (errors.event_failed).
+            Kind::Event => {}
         }
         // Only NULL answers keep their message (for last_error, so torch's
         // out-of-memory error can say why); the rest format it once, to log.

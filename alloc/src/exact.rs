@@ -20,6 +20,8 @@ const RELEASED_MEMORY: usize = 256;
 #[derive(Default)]
 pub struct ExactPool {
     blocks: HashMap<usize, (u64, u64, Origin)>,
+    /// The stream each live region was asked for on.
+    streams: HashMap<usize, u32>,
     reserved: u64,
     released: Vec<usize>,
     next_released: usize,
@@ -31,6 +33,7 @@ impl ExactPool {
         &mut self,
         backing: &mut dyn Backing,
         size: u64,
+        stream: u32,
         origin: Origin,
     ) -> Option<usize> {
         let asked = size.div_ceil(GRANULE).saturating_mul(GRANULE);
@@ -40,6 +43,9 @@ impl ExactPool {
         // to 2 MiB pages).
         let bytes = (backing.reserved_bytes() - before).max(asked);
         self.blocks.insert(addr, (size, bytes, origin));
+        if stream != 0 {
+            self.streams.insert(addr, stream);
+        }
         self.reserved += bytes;
         Some(addr)
     }
@@ -47,6 +53,7 @@ impl ExactPool {
     /// Releases the region at `addr`: its size and origin.
     pub fn free(&mut self, backing: &mut dyn Backing, addr: usize) -> Option<(u64, Origin)> {
         let (size, bytes, origin) = self.blocks.remove(&addr)?;
+        self.streams.remove(&addr);
         backing.release(addr);
         self.reserved -= bytes;
         if self.released.len() < RELEASED_MEMORY {
@@ -62,6 +69,18 @@ impl ExactPool {
     /// again): a second free of it is a double free.
     pub fn was_released(&self, addr: usize) -> bool {
         !self.blocks.contains_key(&addr) && self.released.contains(&addr)
+    }
+
+    /// The live region at `addr`: bytes asked for, bytes reserved, origin.
+    pub fn region(&self, addr: usize) -> Option<(u64, u64, Origin)> {
+        self.blocks.get(&addr).copied()
+    }
+
+    /// The stream the live region at `addr` was asked for on.
+    pub fn stream_of(&self, addr: usize) -> Option<u32> {
+        self.blocks
+            .contains_key(&addr)
+            .then(|| self.streams.get(&addr).copied().unwrap_or(0))
     }
 
     /// Bytes reserved.
@@ -85,6 +104,7 @@ impl ExactPool {
             backing.release(addr);
         }
         self.blocks.clear();
+        self.streams.clear();
         self.reserved = 0;
     }
 }

@@ -47,6 +47,14 @@ impl Metered {
         self.peak = self.current;
     }
 
+    /// Replaces the backing underneath by `f` of it (a wrapper, such as
+    /// the memory fraction's cap), keeping the counts.
+    pub fn map_inner(&mut self, f: impl FnOnce(Box<dyn Backing>) -> Box<dyn Backing>) {
+        let placeholder: Box<dyn Backing> = Box::new(crate::backing::host_backing());
+        let inner = std::mem::replace(&mut self.inner, placeholder);
+        self.inner = f(inner);
+    }
+
     /// The backing underneath, given back (for [`crate::PlannedAllocator::reset`]).
     pub fn into_inner(self) -> Box<dyn Backing> {
         self.inner
@@ -99,6 +107,22 @@ impl Backing for Metered {
 
     fn device(&self) -> i32 {
         self.inner.device()
+    }
+
+    fn record_event(&mut self, stream: usize) -> Result<usize> {
+        self.inner.record_event(stream)
+    }
+
+    fn event_done(&mut self, event: usize) -> Result<bool> {
+        self.inner.event_done(event)
+    }
+
+    fn destroy_event(&mut self, event: usize) {
+        self.inner.destroy_event(event)
+    }
+
+    fn set_reserve_cap(&mut self, cap: u64) -> bool {
+        self.inner.set_reserve_cap(cap)
     }
 }
 

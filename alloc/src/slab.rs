@@ -70,6 +70,8 @@ pub struct SlabBlock {
     pub origin: Origin,
     /// Bytes asked for.
     pub size: u64,
+    /// Bytes of the slot it held.
+    pub slot: u64,
 }
 
 /// Why a planned site could not be served.
@@ -393,12 +395,13 @@ impl PlannedSlab {
         if !self.carried.is_empty() {
             let offset = self.offset_of(addr)?;
             if let Some(i) = self.carried.iter().position(|c| c.0 == offset) {
-                let (_, _, origin, size) = self.carried.swap_remove(i);
+                let (o, e, origin, size) = self.carried.swap_remove(i);
                 self.live_count -= 1;
                 return Some(SlabBlock {
                     site: None,
                     origin,
                     size,
+                    slot: e - o,
                 });
             }
         }
@@ -406,10 +409,12 @@ impl PlannedSlab {
         self.live.remove(pos);
         self.live_count -= 1;
         let (origin, size) = self.live_block[pos];
+        let (o, e, site) = self.by_offset[pos];
         Some(SlabBlock {
-            site: Some(self.by_offset[pos].2 as usize),
+            site: Some(site as usize),
             origin,
             size,
+            slot: e - o,
         })
     }
 
@@ -463,5 +468,28 @@ impl PlannedSlab {
             at = at.max(o + len);
         }
         best.max((self.region_bytes as u64).saturating_sub(at))
+    }
+
+    /// The live block at `addr`: the request that made it, its bytes and
+    /// its slot's bytes.
+    pub fn live_block_at(&self, addr: usize) -> Option<SlabBlock> {
+        let offset = self.offset_of(addr)?;
+        if let Some(&(o, e, origin, size)) = self.carried.iter().find(|c| c.0 == offset) {
+            return Some(SlabBlock {
+                site: None,
+                origin,
+                size,
+                slot: e - o,
+            });
+        }
+        let p = self.live_position_at(addr)?;
+        let (origin, size) = self.live_block[p];
+        let (o, e, site) = self.by_offset[p];
+        Some(SlabBlock {
+            site: Some(site as usize),
+            origin,
+            size,
+            slot: e - o,
+        })
     }
 }

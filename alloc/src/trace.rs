@@ -227,6 +227,22 @@ impl Backing for TracedBacking {
     fn device(&self) -> i32 {
         self.inner.device()
     }
+
+    fn record_event(&mut self, stream: usize) -> Result<usize> {
+        self.inner.record_event(stream)
+    }
+
+    fn event_done(&mut self, event: usize) -> Result<bool> {
+        self.inner.event_done(event)
+    }
+
+    fn destroy_event(&mut self, event: usize) {
+        self.inner.destroy_event(event)
+    }
+
+    fn set_reserve_cap(&mut self, cap: u64) -> bool {
+        self.inner.set_reserve_cap(cap)
+    }
 }
 
 /// One event of a trace file.

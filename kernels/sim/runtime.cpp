@@ -23,6 +23,9 @@ Process::~Process()
     for (Stream *s : streams) {
         delete s;
     }
+    for (Event *e : events) {
+        delete e;
+    }
 }
 
 Process &Proc()
@@ -457,6 +460,14 @@ TASIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream)
     if (s == nullptr) {
         return Fail(kRtStreamContext, "aclrtSynchronizeStream: not a live stream");
     }
+    if (s->held) {
+        // A device would wait until the held work completes; here nothing
+        // else can release it while this thread waits, so the call is
+        // refused instead of hanging (README.md, "Held streams").
+        Count("synchronize_held_stream");
+        return Fail(kRtInternalError, "aclrtSynchronizeStream: the stream is held by tasim_hold_stream (release it "
+                                      "first: a device would wait for its work here)");
+    }
     Count("aclrtSynchronizeStream");
     s->pending = 0;
     int32_t injected;
@@ -615,3 +626,147 @@ TASIM_EXPORT uint32_t tasim_launch_malloc(void **devPtr, uint64_t size, int poli
 }
 
 TASIM_EXPORT uint32_t tasim_launch_free(void *devPtr) { return static_cast<uint32_t>(Release(devPtr, true)); }
+
+// Events (acl/acl_rt.h; hicann/runtime docs/zh/api_ref, event management).
+// Work runs at once on the CPU, so an event recorded on a stream that is
+// not held completes at once; one recorded on a held stream completes when
+// tasim_release_stream releases that stream.
+
+namespace {
+
+Event *FindEvent(aclrtEvent e)
+{
+    Event *ev = static_cast<Event *>(e);
+    return Proc().events.count(ev) != 0 ? ev : nullptr;
+}
+
+bool EventDone(const Event &e)
+{
+    if (!e.recorded || e.held_stream == nullptr) {
+        return true;
+    }
+    // A stream destroyed since then has nothing left to run.
+    if (Proc().streams.count(e.held_stream) == 0 &&
+        e.held_stream != &DeviceOf(e.device).default_stream) {
+        return true;
+    }
+    return e.held_stream->releases != e.release;
+}
+
+} // namespace
+
+TASIM_EXPORT aclError aclrtCreateEvent(aclrtEvent *event)
+{
+    aclError code;
+    if (!Ready("aclrtCreateEvent", &code)) {
+        return code;
+    }
+    if (event == nullptr) {
+        return Fail(kInvalidParam, "aclrtCreateEvent: null event pointer");
+    }
+    Lock lock(Proc().mu);
+    Event *e = new Event();
+    e->device = Me().device;
+    Proc().events.insert(e);
+    Count("aclrtCreateEvent");
+    *event = e;
+    return kSuccess;
+}
+
+TASIM_EXPORT aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
+{
+    aclError code;
+    if (!Ready("aclrtRecordEvent", &code)) {
+        return code;
+    }
+    Lock lock(Proc().mu);
+    Event *e = FindEvent(event);
+    if (e == nullptr) {
+        return Fail(kInvalidParam, "aclrtRecordEvent: not a live event");
+    }
+    Stream *s = FindStream(stream);
+    if (s == nullptr) {
+        return Fail(kRtStreamContext, "aclrtRecordEvent: not a live stream");
+    }
+    e->recorded = true;
+    e->device = s->device;
+    e->held_stream = s->held ? s : nullptr;
+    e->release = s->releases;
+    Count("aclrtRecordEvent");
+    if (s->held) {
+        Count("events_recorded_held");
+    }
+    return kSuccess;
+}
+
+TASIM_EXPORT aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)
+{
+    aclError code;
+    if (!Ready("aclrtQueryEventStatus", &code)) {
+        return code;
+    }
+    if (status == nullptr) {
+        return Fail(kInvalidParam, "aclrtQueryEventStatus: null status pointer");
+    }
+    Lock lock(Proc().mu);
+    Event *e = FindEvent(event);
+    if (e == nullptr) {
+        return Fail(kInvalidParam, "aclrtQueryEventStatus: not a live event");
+    }
+    const bool done = EventDone(*e);
+    *status = done ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    Count(done ? "event_queries_complete" : "event_queries_not_ready");
+    return kSuccess;
+}
+
+TASIM_EXPORT aclError aclrtDestroyEvent(aclrtEvent event)
+{
+    Lock lock(Proc().mu);
+    Event *e = FindEvent(event);
+    if (e == nullptr) {
+        return Fail(kInvalidParam, "aclrtDestroyEvent: not a live event");
+    }
+    if (!EventDone(*e)) {
+        // CANN destroys it once its work completes; nothing waits for it.
+        Count("destroy_pending_event");
+    }
+    Proc().events.erase(e);
+    delete e;
+    Count("aclrtDestroyEvent");
+    return kSuccess;
+}
+
+// Holds `stream` (null: this thread's device's default stream): events
+// recorded on it stay pending and aclrtSynchronizeStream on it is refused
+// until tasim_release_stream. 0, or ACL_ERROR_RT_STREAM_CONTEXT for a
+// stream that is not live.
+TASIM_EXPORT aclError tasim_hold_stream(aclrtStream stream)
+{
+    Lock lock(Proc().mu);
+    Stream *s = FindStream(stream);
+    if (s == nullptr) {
+        return Fail(kRtStreamContext, "tasim_hold_stream: not a live stream");
+    }
+    s->held = true;
+    Count("holds");
+    return kSuccess;
+}
+
+// Releases a held stream: its queued work completes, and with it every
+// event recorded on it while held. Releasing a stream that is not held
+// does nothing.
+TASIM_EXPORT aclError tasim_release_stream(aclrtStream stream)
+{
+    Lock lock(Proc().mu);
+    Stream *s = FindStream(stream);
+    if (s == nullptr) {
+        return Fail(kRtStreamContext, "tasim_release_stream: not a live stream");
+    }
+    if (s->held) {
+        s->held = false;
+        s->releases += 1;
+        s->pending = 0;
+        Count("releases");
+    }
+    return kSuccess;
+}

@@ -31,6 +31,13 @@
 typedef int aclError;
 typedef int32_t aclnnStatus;
 typedef void *aclrtStream;
+typedef void *aclrtEvent; // acl/acl_base_rt.h
+
+// acl/acl_rt.h
+typedef enum aclrtEventRecordedStatus {
+    ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
+    ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
+} aclrtEventRecordedStatus;
 
 namespace tasim {
 
@@ -47,6 +54,7 @@ constexpr aclError kRtContextNull = 107002;      // ACL_ERROR_RT_CONTEXT_NULL
 constexpr aclError kRtStreamContext = 107003;    // ACL_ERROR_RT_STREAM_CONTEXT
 constexpr aclError kRtMemoryAllocation = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
 constexpr aclError kRtMemoryFree = 207002;       // ACL_ERROR_RT_MEMORY_FREE
+constexpr aclError kRtInternalError = 507899;    // ACL_ERROR_RT_INTERNAL_ERROR
 constexpr aclnnStatus kNnParamNullptr = 161001;  // ACLNN_ERR_PARAM_NULLPTR
 constexpr aclnnStatus kNnParamInvalid = 161002;  // ACLNN_ERR_PARAM_INVALID
 constexpr aclnnStatus kNnRuntimeError = 361001;  // ACLNN_ERR_RUNTIME_ERROR
@@ -86,6 +94,22 @@ struct Stream {
     // once on the CPU; the count only exists to catch reads of results
     // that a real device may not have produced yet.
     uint64_t pending = 0;
+    // Held by tasim_hold_stream: its work counts as not completed (events
+    // recorded on it stay pending) until tasim_release_stream.
+    bool held = false;
+    // tasim_release_stream calls so far: an event recorded while the
+    // stream was held completes once this moves past its value then.
+    uint64_t releases = 0;
+};
+
+// An aclrtEvent: where and when it was last recorded.
+struct Event {
+    int32_t device = 0;
+    bool recorded = false;
+    // The stream it was recorded on, while it was held (null: recorded on
+    // a stream that was not held, complete at once).
+    Stream *held_stream = nullptr;
+    uint64_t release = 0; // the stream's `releases` at the record
 };
 
 // One simulated NPU: its memory and the default context every thread that
@@ -116,6 +140,7 @@ struct Process {
     std::map<int32_t, Device> devices;
     std::map<uintptr_t, Alloc> allocations;
     std::set<Stream *> streams;
+    std::set<Event *> events;
     std::set<const void *> executors;
     ~Process();
 };
