@@ -216,6 +216,9 @@ fn write_csv(items: &[Interval], path: &std::path::Path) -> std::io::Result<()> 
     out.flush()
 }
 
+/// A placement under test: offsets for the items.
+type Placer = Box<dyn Fn(&[Interval]) -> Vec<usize>>;
+
 fn step(c: &mut Criterion) {
     let y_1 = load_idealloc("Y_1");
     let mut g = c.benchmark_group("step");
@@ -234,7 +237,7 @@ fn step(c: &mut Criterion) {
             }
         }
         let id = format!("{copies}x");
-        let mut runs: Vec<(&str, Box<dyn Fn(&[Interval]) -> Vec<usize>>)> = vec![
+        let mut runs: Vec<(&str, Placer)> = vec![
             (
                 "sweep",
                 Box::new(|items| placement::greedy(items, GreedyOrder::Start)),
