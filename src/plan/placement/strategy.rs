@@ -18,8 +18,9 @@ use crate::error::{Error, Result};
 /// The default time limit of the search.
 pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(10);
 
-/// Above this many buffers, [`StrategyKind::Auto`] and the search's seed use
-/// greedy by size alone instead of every greedy order.
+/// Above this many buffers, [`StrategyKind::Auto`] and the search's seed
+/// start from best fit in start order (one sweep over time, O(n log n))
+/// instead of every greedy order.
 pub const AUTO_BEST_MAX: usize = 2048;
 
 /// The first placement of large instances: best fit in start order.
@@ -41,9 +42,10 @@ pub enum StrategyKind {
     /// placement: fits the capacity, or minimises the height when no
     /// capacity is given (or when `minimize` is set); minimising tries
     /// the lower bound first. Above [`AUTO_BEST_MAX`] buffers the seed is
-    /// the sweep re-ordered best fit as in [`StrategyKind::Auto`] (with half of the
-    /// time when the search can run, all of it above 4,096 buffers, which
-    /// the search does not take on).
+    /// the sweep, improved by re-ordered best fit as in
+    /// [`StrategyKind::Auto`] (with half of the time when the search can
+    /// run, all of it above 4,096 buffers, which the search does not take
+    /// on).
     Search,
     /// The default. Best of orders (above [`AUTO_BEST_MAX`] buffers, best
     /// fit in start order by one sweep over time, O(n log n)); while that
