@@ -17,8 +17,19 @@
 //!   of seconds on the large ones). Ratios to the lower bound are printed
 //!   once per instance and strategy.
 //!
+//! - `step/{sweep,by-size,auto}/Nx`: N time-shifted copies of Y_1 (1x, 2x,
+//!   3x: 186,555 buffers, the size of a large model's step; 10x: 621,850),
+//!   all with Y_1's lower bound: the default's first placement (best fit in
+//!   start order, one sweep over time, O(n log n)), greedy by size (the
+//!   previous default's first placement; best-fit scans, O(n²) in one
+//!   piece, here per time-independent copy) and the default strategy
+//!   (10 s time limit). Ratios to the lower bound are printed once per
+//!   size and strategy; the 3x instance is written to
+//!   `$TMPDIR/tensor-arena-Y_1x3.csv` for `tensor-arena plan --csv`.
+//!
 //! ```sh
 //! cargo bench --bench planner
+//! cargo bench --bench planner -- step
 //! cargo bench --bench planner -- idealloc
 //! python3 benches/medians.py
 //! ```
@@ -179,5 +190,95 @@ fn idealloc(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, instances, large, idealloc);
+/// `copies` copies of `items`, each shifted in time past the end of the
+/// previous one, so the lower bound stays that of `items`.
+fn time_shifted_copies(items: &[Interval], copies: usize) -> Vec<Interval> {
+    let span = items.iter().map(|it| it.upper).max().unwrap_or(0);
+    (0..copies)
+        .flat_map(|k| {
+            items.iter().map(move |it| Interval {
+                lower: it.lower + k * span,
+                upper: it.upper + k * span,
+                size: it.size,
+            })
+        })
+        .collect()
+}
+
+/// Writes `items` as a MiniMalloc CSV file.
+fn write_csv(items: &[Interval], path: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(out, "id,lower,upper,size")?;
+    for (id, it) in items.iter().enumerate() {
+        writeln!(out, "{id},{},{},{}", it.lower, it.upper, it.size)?;
+    }
+    out.flush()
+}
+
+/// A placement under test: offsets for the items.
+type Placer = Box<dyn Fn(&[Interval]) -> Vec<usize>>;
+
+fn step(c: &mut Criterion) {
+    let y_1 = load_idealloc("Y_1");
+    let mut g = c.benchmark_group("step");
+    g.sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(1));
+    for copies in [1, 2, 3, 10] {
+        let items = time_shifted_copies(&y_1, copies);
+        let bound = placement::lower_bound(&items);
+        if copies == 3 {
+            let path = std::env::temp_dir().join("tensor-arena-Y_1x3.csv");
+            match write_csv(&items, &path) {
+                Ok(()) => println!("step: 3 x Y_1 written to {}", path.display()),
+                Err(e) => println!("step: could not write {}: {e}", path.display()),
+            }
+        }
+        let id = format!("{copies}x");
+        let mut runs: Vec<(&str, Placer)> = vec![
+            (
+                "sweep",
+                Box::new(|items| placement::greedy(items, GreedyOrder::Start)),
+            ),
+            (
+                "auto",
+                Box::new(|items| {
+                    placement::solve(items, &Strategy::default())
+                        .expect("solve")
+                        .offsets
+                }),
+            ),
+        ];
+        // The scans grow with each copy's square: 10x only for the others.
+        if copies <= 3 {
+            runs.insert(
+                1,
+                (
+                    "by-size",
+                    Box::new(|items| placement::greedy(items, GreedyOrder::Size)),
+                ),
+            );
+        }
+        for (label, run) in runs {
+            let start = std::time::Instant::now();
+            let offsets = run(&items);
+            let seconds = start.elapsed().as_secs_f64();
+            placement::validate(&items, &offsets, None).expect("valid placement");
+            let h = placement::height(&items, &offsets);
+            println!(
+                "step/{label}/{id}: {} buffers, height {h} = {:.5}x the lower bound {bound} (one run: {seconds:.2} s)",
+                items.len(),
+                h as f64 / bound as f64
+            );
+            g.bench_with_input(BenchmarkId::new(label, &id), &items, |b, items| {
+                b.iter(|| run(black_box(items)).len())
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, instances, large, idealloc, step);
 criterion_main!(benches);

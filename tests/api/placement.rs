@@ -6,6 +6,9 @@
 //! - on larger random instances every strategy returns a valid placement,
 //!   best of orders is never above greedy by size and the search never
 //!   above best of orders;
+//! - the sweep (best fit in start order, the default's first placement on
+//!   large instances) is valid on instances full of ties, empty lifetimes
+//!   and zero sizes, and equals the classic best-fit scan in that order;
 //! - the planner's specs go through the same `placement::solve`, and a
 //!   capacity greedy misses is met by the search.
 
@@ -285,8 +288,44 @@ fn search_without_capacity_minimises_planner_slabs() {
     assert_eq!(plan.placement().search_status, None);
 }
 
+/// Instances full of ties: few distinct times and sizes, empty lifetimes
+/// and zero sizes.
+fn tied_instance() -> impl proptest::strategy::Strategy<Value = Vec<Interval>> {
+    prop::collection::vec((0usize..20, 0usize..8, 0usize..5), 0..120).prop_map(|v| {
+        v.into_iter()
+            .map(|(lower, len, size)| Interval {
+                lower,
+                upper: lower + len,
+                size: size * 8,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The default's first placement on large instances, best fit in start
+    /// order by one sweep over time, is valid and is the placement the
+    /// classic best-fit scan gives for the start order.
+    #[test]
+    fn the_sweep_is_valid_and_equals_the_scan(items in tied_instance()) {
+        let sweep = placement::greedy(&items, GreedyOrder::Start);
+        placement::validate(&items, &sweep, None).unwrap();
+        let scan = placement::place_in_sequence(&items, &GreedyOrder::Start.sequence(&items));
+        prop_assert_eq!(&sweep, &scan);
+        for (it, &o) in items.iter().zip(&sweep) {
+            prop_assert!(!it.is_trivial() || o == 0, "a trivial buffer off 0");
+        }
+        let s = placement::solve(&items, &Strategy::default().with_time_limit(GENEROUS)).unwrap();
+        placement::validate(&items, &s.offsets, None).unwrap();
+        prop_assert!(s.height <= placement::height(&items, &sweep));
+    }
+}
+
 /// Random instances just above [`placement::AUTO_BEST_MAX`] buffers, where
-/// the default strategy starts from greedy by size and re-orders.
+/// the default strategy starts from best fit in start order (the sweep)
+/// and re-orders.
 fn large_instance() -> impl proptest::strategy::Strategy<Value = Vec<Interval>> {
     let n = placement::AUTO_BEST_MAX + 1;
     prop::collection::vec((0usize..3000, 1usize..40, 1usize..64, 0u8..10), n..n + 200).prop_map(

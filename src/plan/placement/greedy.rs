@@ -17,6 +17,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::fit_scan::{Timeline, place_columns};
+use super::start_fit::start_best_fit;
 use super::{Interval, height, lower_bound};
 
 /// The order in which the greedy placer considers buffers. Ties fall back
@@ -171,7 +173,9 @@ impl std::fmt::Display for Greedy {
 /// fit), or on top of them when no gap does. Returns one offset per item.
 ///
 /// Runs in O(n²) time: placed buffers are kept sorted by offset, so each
-/// placement is one linear scan.
+/// placement is one linear scan over those of its time-independent piece.
+/// [`GreedyOrder::Start`] is the exception: the same placement comes from
+/// one sweep over time in O(n log n).
 ///
 /// ```
 /// use tensor_arena::plan::placement::{GreedyOrder, Interval, greedy, height};
@@ -184,7 +188,11 @@ impl std::fmt::Display for Greedy {
 /// assert_eq!(height(&items, &offsets), 100);
 /// ```
 pub fn greedy(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
-    place_in_sequence(items, &order.sequence(items))
+    match order {
+        // The same placement by one sweep over time, O(n log n).
+        GreedyOrder::Start => start_best_fit(items),
+        _ => place_in_sequence(items, &order.sequence(items)),
+    }
 }
 
 /// Runs every [`GreedyOrder`] with both rules ([`GreedyFit`]) and keeps the
@@ -419,32 +427,21 @@ pub(crate) fn insert_placed(placed: &mut Vec<Placed>, p: Placed) {
 /// so it is at most the sum of all sizes, and ends saturate beyond that.
 pub fn place_in_sequence(items: &[Interval], sequence: &[usize]) -> Vec<usize> {
     // Without a deadline the placement always completes.
-    place_in_sequence_until(items, sequence, None).unwrap_or_default()
+    place_in_sequence_until(items, sequence, &Timeline::new(items), None).unwrap_or_default()
 }
 
-/// [`place_in_sequence`] that gives up (returns `None`) once `deadline`
-/// has passed; the clock is read every 1024 buffers.
+/// [`place_in_sequence`] with the instance's [`Timeline`] computed once
+/// for many rounds; gives up (returns `None`) once `deadline` has passed
+/// (the clock is read every 1024 buffers).
 pub(crate) fn place_in_sequence_until(
     items: &[Interval],
     sequence: &[usize],
+    timeline: &Timeline,
     deadline: Option<Instant>,
 ) -> Option<Vec<usize>> {
-    let mut offsets = vec![0usize; items.len()];
-    // Placed buffers sorted by offset.
-    let mut placed: Vec<Placed> = Vec::with_capacity(items.len());
-    for (k, &i) in sequence.iter().enumerate() {
-        if k % 1024 == 1023 && deadline.is_some_and(|d| Instant::now() >= d) {
-            return None;
-        }
-        let Some(it) = items.get(i) else { continue };
-        if it.is_trivial() {
-            continue;
-        }
-        let offset = best_fit_offset(&placed, it);
-        offsets[i] = offset;
-        insert_placed(&mut placed, Placed::of(it, offset));
-    }
-    Some(offsets)
+    place_columns(items, sequence, timeline, || {
+        deadline.is_some_and(|d| Instant::now() >= d)
+    })
 }
 
 /// For each buffer, how many other non-trivial buffers are alive with it at

@@ -10,7 +10,9 @@
 //!
 //! - [`greedy`], [`greedy_lowest`], [`best_of_orders`]: best-fit or
 //!   lowest-first placement in one or every [`GreedyOrder`] (O(n²),
-//!   milliseconds for thousands of buffers);
+//!   milliseconds for thousands of buffers; best fit in start order is one
+//!   sweep over time, O(n log n), the default's first placement above
+//!   [`AUTO_BEST_MAX`] buffers);
 //! - [`search`]: an exact, anytime branch and bound over canonical
 //!   placements (after MiniMalloc, Moffitt, ASPLOS 2023) that fits a
 //!   capacity or minimises the height within a time limit;
@@ -19,7 +21,8 @@
 //!   [`StrategyKind::Auto`], also re-orders best fit round by round
 //!   (squeaky-wheel optimisation) while above the lower bound: on
 //!   idealloc's S_1 (28,526 buffers, too many for the search) from 1.025x
-//!   of it to 1.0002x (docs/planner.md).
+//!   of it to 1.0002x, on three time-shifted copies of Y_1 (186,555) to
+//!   the lower bound in seconds (docs/planner.md).
 //!
 //! ```
 //! use std::time::Duration;
@@ -42,10 +45,13 @@
 
 use serde::{Deserialize, Serialize};
 
+mod components;
 mod engine;
+mod fit_scan;
 mod greedy;
 mod reorder;
 mod search;
+mod start_fit;
 mod strategy;
 mod sweep;
 #[cfg(test)]

@@ -7,19 +7,27 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::reorder::reorder;
+use super::start_fit::start_best_fit;
 use super::sweep::MAX_BUFFERS;
 use super::{
-    Greedy, Interval, SearchConfig, SearchStatus, best_of_orders, height, lower_bound, search,
-    total_size,
+    Greedy, GreedyFit, GreedyOrder, Interval, SearchConfig, SearchStatus, best_of_orders, height,
+    lower_bound, search, total_size,
 };
 use crate::error::{Error, Result};
 
 /// The default time limit of the search.
 pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(10);
 
-/// Above this many buffers, [`StrategyKind::Auto`] and the search's seed use
-/// greedy by size alone instead of every greedy order.
+/// Above this many buffers, [`StrategyKind::Auto`] and the search's seed
+/// start from best fit in start order (one sweep over time, O(n log n))
+/// instead of every greedy order.
 pub const AUTO_BEST_MAX: usize = 2048;
+
+/// The first placement of large instances: best fit in start order.
+const START_FIT: Greedy = Greedy {
+    order: GreedyOrder::Start,
+    fit: GreedyFit::BestFit,
+};
 
 /// Which placer [`solve`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -34,24 +42,28 @@ pub enum StrategyKind {
     /// placement: fits the capacity, or minimises the height when no
     /// capacity is given (or when `minimize` is set); minimising tries
     /// the lower bound first. Above [`AUTO_BEST_MAX`] buffers the seed is
-    /// re-ordered best fit as in [`StrategyKind::Auto`] (with half of the
-    /// time when the search can run, all of it above 4,096 buffers, which
-    /// the search does not take on).
+    /// the sweep, improved by re-ordered best fit as in
+    /// [`StrategyKind::Auto`] (with half of the time when the search can
+    /// run, all of it above 4,096 buffers, which the search does not take
+    /// on).
     Search,
-    /// The default. Best of orders (greedy by size above
-    /// [`AUTO_BEST_MAX`] buffers); while that is above the lower bound (or
-    /// the capacity, when one is given), best fit re-ordered round by
-    /// round (squeaky-wheel optimisation, see below); then the search, only
-    /// when a capacity is given that is still missed.
+    /// The default. Best of orders (above [`AUTO_BEST_MAX`] buffers, best
+    /// fit in start order by one sweep over time, O(n log n)); while that
+    /// is above the lower bound (or the capacity, when one is given), best
+    /// fit re-ordered round by round (squeaky-wheel optimisation, see
+    /// below), greedy by size included; then the search, only when a
+    /// capacity is given that is still missed.
     ///
-    /// Stops as soon as the lower bound is met, and within `time_limit`
-    /// (the first greedy run always completes). Deterministic: the same
-    /// input gives the same placement, unless the time limit cuts the
-    /// re-ordering or the search short (then the best placement found by
-    /// that time comes back). The re-ordering runs a fixed number of
-    /// best-fit passes at most (four chains of eight), each O(n²): about
-    /// 0.3 s for 28,526 buffers and 2 s for 62,185 on a 2-core machine
-    /// (BENCHMARKS.md).
+    /// Stops as soon as the lower bound is met, and within `time_limit`:
+    /// the first placement is not bounded (the sweep takes a fraction of a
+    /// second for hundreds of thousands of buffers), every later phase is.
+    /// Deterministic: the same input gives the same placement, unless the
+    /// time limit cuts the re-ordering or the search short (then the best
+    /// placement found by that time comes back). The re-ordering runs a
+    /// fixed number of best-fit passes at most (four chains of eight, and
+    /// greedy by size once if no chain reached it), each O(n²) in the
+    /// buffers of one time-independent piece: about 0.5 s for 28,526
+    /// buffers and 1.2 s for 62,185 on a 2-core machine (BENCHMARKS.md).
     Auto,
 }
 
@@ -109,8 +121,9 @@ pub struct Strategy {
     pub kind: StrategyKind,
     /// Bytes the placement must fit in, if any.
     pub capacity: Option<usize>,
-    /// Wall-clock limit for the whole placement (greedy runs to completion
-    /// regardless; the search stops at the limit with the best it has).
+    /// Wall-clock limit for the whole placement (the first greedy
+    /// placement runs to completion regardless; the re-ordering and the
+    /// search stop at the limit with the best they have).
     pub time_limit: Duration,
     /// Let the search keep lowering the height after fitting the capacity.
     pub minimize: bool,
@@ -251,8 +264,13 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
     };
     let (placer, offsets) = if all_orders {
         best_of_orders(items)
-    } else {
+    } else if strategy.kind == StrategyKind::Greedy {
         (Greedy::BY_SIZE, Greedy::BY_SIZE.place(items))
+    } else {
+        // Large instances start from best fit in start order: one sweep
+        // over time, O(n log n), so the first placement never holds up the
+        // deadline; the re-ordering rounds improve on it.
+        (START_FIT, start_best_fit(items))
     };
     let mut placer = Some(placer);
     let mut offsets = offsets;
