@@ -271,7 +271,7 @@ def test_cpu_allocator_rules(env, tmp_path):
 
 def test_extension_is_built_at_first_use_and_cached(env, tmp_path):
     e = dict(env, TENSOR_ARENA_CACHE=str(tmp_path / "cache"))
-    code = "import torch, tensor_arena._cpu_extension as x; print(x.library_path())"
+    code = "import torch, tensor_arena.extensions as x; print(x.build('cpu'))"
     first = run(["-c", code], e).stdout.strip()
     built = list((tmp_path / "cache").glob("cpu_allocator-*.so"))
     assert [str(p) for p in built] == [first]
