@@ -256,8 +256,11 @@ def _npu_recipe(torch_root=None, torch_npu_root=None):
                 f"the NPU extension is built against torch_npu, which cannot be imported here ({e}); "
                 "build it against unpacked wheels with --torch DIR --torch-npu DIR"
             ) from None
-        torch_root = torch_root or pathlib.Path(torch.__file__).resolve().parent.parent
-        torch_npu_root = torch_npu_root or pathlib.Path(torch_npu.__file__).resolve().parent.parent
+        files = [getattr(m, "__file__", None) for m in (torch, torch_npu)]
+        if None in files:
+            raise ExtensionBuildError("the NPU extension needs torch and torch_npu installed as packages")
+        torch_root = torch_root or pathlib.Path(files[0]).resolve().parent.parent
+        torch_npu_root = torch_npu_root or pathlib.Path(files[1]).resolve().parent.parent
     t = pathlib.Path(torch_root) / "torch"
     n = pathlib.Path(torch_npu_root) / "torch_npu"
     need = {
