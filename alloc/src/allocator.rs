@@ -20,6 +20,11 @@ use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, ModelFigures, Stats, fragmentation};
 use crate::trace::TraceWriter;
 
+// torch's contract beyond alloc/free: device statistics, stream-safe
+// reuse, empty_cache, the memory fraction (hooks called below).
+mod streams;
+use streams::Freeing;
+
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
 const PLACEMENT_TIME_LIMIT: Duration = Duration::from_secs(5);
@@ -60,6 +65,7 @@ enum Kind {
     OtherDevice = 256,
     Guard = 32,
     Replan = 128,
+    Event = 512,
 }
 
 /// A planned allocator over one backing. Not thread-safe by itself: the C
@@ -122,6 +128,8 @@ pub struct PlannedAllocator {
     logged: u32,
     last_null: String,
     trace: Option<TraceWriter>,
+    /// Device statistics and stream state (allocator/streams.rs).
+    side: streams::Side,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -197,6 +205,7 @@ impl PlannedAllocator {
             logged: 0,
             last_null: String::new(),
             trace: None,
+            side: streams::Side::new(caching_config(platform).max_split_size),
         }
     }
 
@@ -219,6 +228,7 @@ impl PlannedAllocator {
     /// for the default stream); `None` is out of memory or bad input
     /// (counted in [`Stats::errors`]).
     pub fn alloc(&mut self, size: usize, device: i32, stream: usize) -> Option<usize> {
+        self.poll_pending();
         let mine = self.backing.device();
         if device >= 0 && mine >= 0 && device != mine {
             self.error(Kind::OtherDevice, || {
@@ -245,6 +255,7 @@ impl PlannedAllocator {
             return None;
         }
         let addr = self.alloc_inner(size, stream);
+        self.after_alloc(size as u64);
         if let Some(t) = self.trace.as_mut() {
             t.event("alloc", addr.unwrap_or(0), size, stream);
         }
@@ -265,7 +276,10 @@ impl PlannedAllocator {
         let serving = self.phase == Phase::Serving;
         if serving && self.in_step {
             self.counters.requests_serving += 1;
-            if let Some(addr) = self.serve_planned(origin, size64, stream) {
+            if let Some(addr) = self
+                .serve_planned(origin, size64, stream)
+                .and_then(|a| self.planned_served(origin, size64, a))
+            {
                 self.counters.served += 1;
                 // The slab is reserved already: only the live bytes move.
                 let c = &mut self.counters;
@@ -325,16 +339,21 @@ impl PlannedAllocator {
         if let Some(t) = self.trace.as_mut() {
             t.event("free", addr, 0, 0);
         }
-        let at = self.now();
         let checked = self.checked;
         if let Some(shadow) = self.shadow.as_mut() {
             shadow.free(addr);
         }
+        let at = match self.before_free(addr) {
+            Freeing::Done => return,
+            Freeing::Late(at) => at,
+            Freeing::Plain => self.now(),
+        };
         if let Some(slab) = self.slab.as_mut().filter(|s| s.contains(addr)) {
             if let Some((k, step, size)) = slab.free(addr) {
                 let site = slab.plan.sites[k];
                 self.records.freed(Origin { step, k: k as u32 }, at);
                 self.counters.live_bytes -= size;
+                self.stats_planned_free(site.slot, size);
                 if checked {
                     self.check_and_poison(addr, size, site.slot);
                 }
@@ -353,12 +372,15 @@ impl PlannedAllocator {
                     let slot = self.retiring[i].plan.sites[k].slot;
                     self.records.freed(Origin { step, k: k as u32 }, at);
                     self.counters.live_bytes -= size;
+                    self.stats_planned_free(slot, size);
                     if checked {
                         self.check_and_poison(addr, size, slot);
                     }
-                    if self.retiring[i].live_count() == 0 {
+                    let (base, bytes) = (self.retiring[i].base, self.retiring[i].region_bytes);
+                    if self.retiring[i].live_count() == 0 && !self.pending_in(base, bytes) {
                         let old = self.retiring.swap_remove(i);
                         self.backing.release(old.base);
+                        self.sync_slabs();
                     }
                 }
                 None => self.error(Kind::DoubleFree, || {
@@ -381,6 +403,7 @@ impl PlannedAllocator {
                     self.records.freed(origin, at);
                 }
                 self.counters.live_bytes -= size;
+                self.stats_pool_sync(size);
             }
             None if self.fallback.owns_region_of(addr)
                 || self.scratch.owns_region_of(addr)
@@ -422,6 +445,7 @@ impl PlannedAllocator {
         self.counters.fallback_this_step = 0;
         self.counters.misses_at_step_start = self.counters.misses.curable();
         self.counters.reservations_at_step_start = self.backing.reservations();
+        self.at_step_begin();
         Ok(())
     }
 
@@ -496,6 +520,7 @@ impl PlannedAllocator {
                 }
             }
         }
+        self.at_step_end();
         Ok(())
     }
 
@@ -503,6 +528,7 @@ impl PlannedAllocator {
     /// found (their memory is released too: they count as leaked) and
     /// starts over in warm-up with the same settings.
     pub fn reset(&mut self) -> usize {
+        self.forget_streams();
         let leaked = self.live_blocks();
         for slab in self.slab.take().into_iter().chain(self.retiring.drain(..)) {
             self.backing.release(slab.base);
@@ -688,11 +714,15 @@ impl PlannedAllocator {
         // An idle slab large enough is kept: a re-plan that needs no more
         // bytes reserves nothing.
         let region = match self.slab.take() {
-            Some(old) if old.live_count() == 0 && old.region_bytes >= bytes => {
+            Some(old)
+                if old.live_count() == 0
+                    && old.region_bytes >= bytes
+                    && !self.pending_in(old.base, old.region_bytes) =>
+            {
                 Some((old.base, old.region_bytes))
             }
             Some(old) => {
-                if old.live_count() == 0 {
+                if old.live_count() == 0 && !self.pending_in(old.base, old.region_bytes) {
                     self.backing.release(old.base);
                 } else {
                     self.retiring.push(old);
@@ -801,6 +831,8 @@ impl PlannedAllocator {
             Kind::OtherDevice => e.other_device += 1,
             Kind::Guard => {}
             Kind::Replan => e.replan_failed += 1,
+            // Counted where it happens (errors.event_failed).
+            Kind::Event => {}
         }
         // Only NULL answers keep their message (for last_error, so torch's
         // out-of-memory error can say why); the rest format it once, to log.

@@ -42,6 +42,16 @@ pub enum Error {
         /// What failed, with what was searched where it applies.
         reason: String,
     },
+    /// `set_memory_fraction` with a fraction or device it cannot apply.
+    #[error("memory fraction {fraction} for device {device}: {reason}")]
+    MemoryFraction {
+        /// The fraction asked for.
+        fraction: f64,
+        /// The device named.
+        device: i32,
+        /// Why it cannot apply.
+        reason: String,
+    },
     /// An error of the tensor-arena core (the host or Ascend device).
     #[error(transparent)]
     Core(#[from] tensor_arena::Error),

@@ -64,6 +64,11 @@ impl ExactPool {
         !self.blocks.contains_key(&addr) && self.released.contains(&addr)
     }
 
+    /// The live region at `addr`: bytes asked for, bytes reserved, origin.
+    pub fn region(&self, addr: usize) -> Option<(u64, u64, Origin)> {
+        self.blocks.get(&addr).copied()
+    }
+
     /// Bytes reserved.
     pub fn reserved_bytes(&self) -> u64 {
         self.reserved

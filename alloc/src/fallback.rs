@@ -19,6 +19,8 @@ pub struct FallbackBlock {
     pub size: u64,
     /// Which request made it.
     pub origin: Origin,
+    /// The stream id it was allocated on.
+    pub stream: u32,
 }
 
 /// One backed segment of the model.
@@ -66,7 +68,15 @@ impl Fallback {
             if self.sync(backing)
                 && let Some(addr) = self.real_address(id)
             {
-                self.blocks.insert(addr, FallbackBlock { id, size, origin });
+                self.blocks.insert(
+                    addr,
+                    FallbackBlock {
+                        id,
+                        size,
+                        origin,
+                        stream,
+                    },
+                );
                 return Some(addr);
             }
             // The backing refused a segment the model made: undo, give the
@@ -105,6 +115,11 @@ impl Fallback {
     /// Bytes of live blocks' requests, the blocks and their origins.
     pub fn live(&self) -> impl Iterator<Item = (&usize, &FallbackBlock)> {
         self.blocks.iter()
+    }
+
+    /// The live block at `addr`.
+    pub fn block(&self, addr: usize) -> Option<&FallbackBlock> {
+        self.blocks.get(&addr)
     }
 
     /// Live blocks.

@@ -281,3 +281,99 @@ pub unsafe extern "C" fn tensor_arena_snapshot_json(buf: *mut c_char, cap: usize
 pub unsafe extern "C" fn tensor_arena_last_error(buf: *mut c_char, cap: usize) -> usize {
     json_call(buf, cap, |g| g.last_error.clone())
 }
+
+fn control_call(f: impl FnOnce(&mut PlannedAllocator)) {
+    guarded((), || {
+        if let Some(a) = global().allocator() {
+            f(a);
+        }
+    })
+}
+
+/// The statistics in the schema of torch's caching allocator (the nested
+/// dict of `torch._C._cuda_memoryStats`; docs/allocator.md, "Device
+/// statistics"); returns its length. `{}` when the allocator cannot open.
+///
+/// # Safety
+/// `buf` is null or valid for `cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tensor_arena_device_stats_json(buf: *mut c_char, cap: usize) -> usize {
+    json_call(buf, cap, |g| match g.allocator() {
+        Some(a) => a.device_stats().to_json().to_string(),
+        None => "{}".to_owned(),
+    })
+}
+
+/// Every peak of the device statistics back to its current value
+/// (torch's `resetPeakStats`).
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_reset_peak_stats() {
+    control_call(PlannedAllocator::reset_peak_stats)
+}
+
+/// The `allocated` / `freed` totals and the plain counters of the device
+/// statistics back to 0 (torch's `resetAccumulatedStats`).
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_reset_accumulated_stats() {
+    control_call(PlannedAllocator::reset_accumulated_stats)
+}
+
+/// Marks the live block at `ptr` as used on `stream` (a `cudaStream_t` or
+/// `aclrtStream`): at its free its bytes wait for an event recorded there
+/// (torch's `recordStream`). Unknown pointers are ignored.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_record_stream(ptr: *mut c_void, stream: *mut c_void) {
+    control_call(|a| {
+        a.record_stream(ptr as usize, stream as usize);
+    })
+}
+
+/// Forgets that the block at `ptr` is used on `stream` (torch_npu's
+/// `eraseStream`); a freed block waiting only for that stream completes.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_erase_stream(ptr: *mut c_void, stream: *mut c_void) {
+    control_call(|a| {
+        a.erase_stream(ptr as usize, stream as usize);
+    })
+}
+
+/// Gives cached free segments and idle slabs back to the device; waits for
+/// nothing (torch's `emptyCache`).
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_empty_cache() {
+    control_call(PlannedAllocator::empty_cache)
+}
+
+/// Caps reserved bytes at `fraction` of device `device`'s memory (torch's
+/// `set_per_process_memory_fraction`). 0 on success, -1 for a fraction
+/// outside 0..=1, another device, or a device that does not tell its
+/// capacity (the reason in `tensor_arena_last_error`).
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_set_memory_fraction(fraction: f64, device: c_int) -> c_int {
+    guarded(-1, || {
+        let mut g = global();
+        let result = match g.allocator_for(Some(device)) {
+            Some(a) => a.set_memory_fraction(fraction, device),
+            None => return -1,
+        };
+        match result {
+            Ok(()) => 0,
+            Err(e) => {
+                g.last_error = e.to_string();
+                -1
+            }
+        }
+    })
+}
+
+/// The largest free block in bytes: the plan's largest gap no live or
+/// waiting block holds, or the caching pools' largest cached free block
+/// (what torch's `cacheInfo` reports; cuDNN's benchmark mode sizes its
+/// workspace with it). 0 when the allocator cannot open.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_cache_info() -> usize {
+    guarded(0, || match global().allocator() {
+        Some(a) => a.cache_info() as usize,
+        None => 0,
+    })
+}

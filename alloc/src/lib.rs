@@ -41,6 +41,7 @@
 mod allocator;
 pub mod backing;
 mod config;
+pub mod device_stats;
 mod error;
 mod exact;
 mod fallback;
@@ -48,6 +49,7 @@ mod fallback;
 #[allow(unsafe_code)]
 pub mod ffi;
 mod live_set;
+mod pending;
 mod record;
 pub mod report;
 mod shadow;
@@ -59,6 +61,7 @@ pub mod trace;
 pub use allocator::{Phase, PlannedAllocator, caching_config};
 pub use backing::Backing;
 pub use config::{Backend, Config, Platform};
+pub use device_stats::DeviceStats;
 pub use error::{Error, Result};
 pub use exact::ExactPool;
 pub use fallback::{Fallback, FallbackBlock};

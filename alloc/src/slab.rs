@@ -161,4 +161,12 @@ impl PlannedSlab {
                 )
             })
     }
+
+    /// The live block starting at `addr`: its site, step and bytes
+    /// (stream-safe reuse needs them before the block is freed).
+    pub fn live_block_at(&self, addr: usize) -> Option<(usize, u64, u64)> {
+        let p = self.live_position_at(addr)?;
+        let (step, size) = self.live_block[p];
+        Some((self.by_offset[p].2 as usize, step, size))
+    }
 }

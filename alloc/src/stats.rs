@@ -16,12 +16,16 @@ pub struct Misses {
     pub stream: u64,
     /// Made outside any step once the plan serves.
     pub outside_step: u64,
+    /// The site's bytes still wait for events of other streams that used
+    /// an earlier block there (`record_stream`).
+    pub pending: u64,
 }
 
 impl Misses {
-    /// Misses a re-plan can cure (size, order, overlap).
+    /// Misses a re-plan can cure (size, order, overlap, pending: a re-plan
+    /// gives sites used across streams their own alternating slots).
     pub fn curable(&self) -> u64 {
-        self.size + self.order + self.overlap
+        self.size + self.order + self.overlap + self.pending
     }
 }
 
@@ -47,6 +51,9 @@ pub struct ErrorCounts {
     pub step_order: u64,
     /// A re-plan whose slab could not be reserved (the old plan stays).
     pub replan_failed: u64,
+    /// An event could not be recorded or queried on a stream that used a
+    /// freed block: its bytes are kept out of use until `reset`.
+    pub event_failed: u64,
 }
 
 /// The caching-allocator model's figures for the recorded steps.

@@ -30,6 +30,21 @@ type Memcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> 
 type SetDevice = unsafe extern "C" fn(c_int) -> c_int;
 type GetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+/// `cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)`
+type EventCreateWithFlags = unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int;
+/// `cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)`
+type EventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+/// `cudaError_t cudaEventQuery(cudaEvent_t event)`
+type EventQuery = unsafe extern "C" fn(*mut c_void) -> c_int;
+/// `cudaError_t cudaEventDestroy(cudaEvent_t event)`
+type EventDestroy = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// `cudaEventDisableTiming` (driver_types.h): events only for ordering,
+/// the cheapest kind (what torch's caching allocator creates).
+const EVENT_DISABLE_TIMING: u32 = 0x02;
+/// `cudaErrorNotReady` (driver_types.h): what `cudaEventQuery` answers
+/// while the work before the event has not completed.
+const ERROR_NOT_READY: c_int = 600;
 
 struct Fns {
     malloc: Malloc,
@@ -39,6 +54,10 @@ struct Fns {
     set_device: SetDevice,
     get_device: GetDevice,
     error_string: ErrorString,
+    event_create: EventCreateWithFlags,
+    event_record: EventRecord,
+    event_query: EventQuery,
+    event_destroy: EventDestroy,
 }
 
 /// Device memory of one CUDA device.
@@ -105,6 +124,18 @@ impl CudaBacking {
                 get_device: std::mem::transmute::<*const c_void, GetDevice>(sym("cudaGetDevice")?),
                 error_string: std::mem::transmute::<*const c_void, ErrorString>(sym(
                     "cudaGetErrorString",
+                )?),
+                event_create: std::mem::transmute::<*const c_void, EventCreateWithFlags>(sym(
+                    "cudaEventCreateWithFlags",
+                )?),
+                event_record: std::mem::transmute::<*const c_void, EventRecord>(sym(
+                    "cudaEventRecord",
+                )?),
+                event_query: std::mem::transmute::<*const c_void, EventQuery>(sym(
+                    "cudaEventQuery",
+                )?),
+                event_destroy: std::mem::transmute::<*const c_void, EventDestroy>(sym(
+                    "cudaEventDestroy",
                 )?),
             }
         };
@@ -266,6 +297,45 @@ impl Backing for CudaBacking {
 
     fn device(&self) -> i32 {
         self.device
+    }
+
+    fn record_event(&mut self, stream: usize) -> Result<usize> {
+        self.on_device(|| {
+            let mut event: *mut c_void = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer and a flag value of the header.
+            self.check("cudaEventCreateWithFlags", unsafe {
+                (self.fns.event_create)(&mut event, EVENT_DISABLE_TIMING)
+            })?;
+            // SAFETY: `event` was just created; `stream` is the handle torch
+            // passed for a live stream of this device (0: the legacy default
+            // stream).
+            let code = unsafe { (self.fns.event_record)(event, stream as *mut c_void) };
+            if let Err(e) = self.check("cudaEventRecord", code) {
+                // SAFETY: the event was created above and is not used again.
+                let _ = unsafe { (self.fns.event_destroy)(event) };
+                return Err(e);
+            }
+            Ok(event as usize)
+        })
+    }
+
+    fn event_done(&mut self, event: usize) -> Result<bool> {
+        // SAFETY: `event` came from record_event and is not destroyed yet
+        // (the caller's contract); cudaEventQuery does not need the device
+        // to be current.
+        let code = unsafe { (self.fns.event_query)(event as *mut c_void) };
+        if code == ERROR_NOT_READY {
+            return Ok(false);
+        }
+        self.check("cudaEventQuery", code).map(|()| true)
+    }
+
+    fn destroy_event(&mut self, event: usize) {
+        if event != 0 {
+            // SAFETY: `event` came from record_event and is destroyed once;
+            // CUDA releases it once its work completes if it is pending.
+            let _ = unsafe { (self.fns.event_destroy)(event as *mut c_void) };
+        }
     }
 }
 

@@ -219,6 +219,20 @@ impl Backing for NpuBacking {
     fn device(&self) -> i32 {
         self.0.device.id()
     }
+    fn record_event(&mut self, stream: usize) -> Result<usize> {
+        // SAFETY: `stream` is the `aclrtStream` torch_npu passed for a live
+        // stream of this device (0: the default stream).
+        Ok(unsafe { self.0.device.record_event(stream as *mut std::ffi::c_void) }?)
+    }
+    fn event_done(&mut self, event: usize) -> Result<bool> {
+        // SAFETY: `event` came from record_event above and is not destroyed
+        // yet (the allocator destroys each event once, after its last query).
+        Ok(unsafe { self.0.device.event_done(event) }?)
+    }
+    fn destroy_event(&mut self, event: usize) {
+        // SAFETY: as above; destroyed once.
+        let _ = unsafe { self.0.device.destroy_event(event) };
+    }
 }
 
 /// `MemTotal` of /proc/meminfo, where there is one.

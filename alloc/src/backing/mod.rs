@@ -6,6 +6,7 @@
 use crate::config::{Backend, Config};
 use crate::error::Result;
 
+mod capped;
 // The CUDA runtime's functions, dlopen'd, are called through raw pointers.
 #[allow(unsafe_code)]
 mod cuda;
@@ -13,6 +14,7 @@ mod cuda;
 #[allow(unsafe_code)]
 mod device;
 
+pub use capped::Capped;
 pub use cuda::CudaBacking;
 pub use device::{DeviceBacking, NpuBacking, host_backing, host_backing_on, npu_backing};
 
@@ -39,6 +41,31 @@ pub trait Backing: Send {
     fn reserved_bytes(&self) -> u64;
     /// The device index it reserves on (-1 for host memory).
     fn device(&self) -> i32;
+    /// Records an event on `stream` (a runtime stream handle, 0 for the
+    /// default stream) after the work queued on it so far; returns its
+    /// handle. Host memory has no streams: nothing to wait for (handle 0,
+    /// complete at once).
+    fn record_event(&mut self, stream: usize) -> Result<usize> {
+        let _ = stream;
+        Ok(0)
+    }
+    /// Whether the event [`Backing::record_event`] gave has completed
+    /// (`false`: still pending). An error counts as pending: the bytes it
+    /// guards are not handed out again on a guess.
+    fn event_done(&mut self, event: usize) -> Result<bool> {
+        let _ = event;
+        Ok(true)
+    }
+    /// Destroys an event [`Backing::record_event`] gave (completed or not).
+    fn destroy_event(&mut self, event: usize) {
+        let _ = event;
+    }
+    /// Moves the cap on reserved bytes of a [`Capped`] backing; `false`
+    /// for a backing without one (wrap it first).
+    fn set_reserve_cap(&mut self, cap: u64) -> bool {
+        let _ = cap;
+        false
+    }
 }
 
 /// Opens the backing `config` names. A backend whose runtime is missing

@@ -263,6 +263,43 @@ impl AscendDevice {
         self.inner.headroom
     }
 
+    /// Records an event on `stream` (`aclrtCreateEvent`, `aclrtRecordEvent`):
+    /// it completes once the work queued there so far has. Returns the
+    /// `aclrtEvent` handle.
+    ///
+    /// # Safety
+    /// `stream` is null (the default stream of this thread's device) or a
+    /// live `aclrtStream` of this runtime on this device.
+    pub unsafe fn record_event(&self, stream: *mut c_void) -> Result<usize> {
+        // SAFETY: the runtime is loaded; the caller vouches for the stream.
+        unsafe { result::record_event(self.inner.runtime.rt(), stream) }
+            .map(|e| e as usize)
+            .map_err(|f| self.fail(f))
+    }
+
+    /// Whether an event [`AscendDevice::record_event`] gave has completed
+    /// (`aclrtQueryEventStatus`).
+    ///
+    /// # Safety
+    /// `event` came from [`AscendDevice::record_event`] of this device and
+    /// is not destroyed.
+    pub unsafe fn event_done(&self, event: usize) -> Result<bool> {
+        // SAFETY: the caller's promise.
+        unsafe { result::event_done(self.inner.runtime.rt(), event as *mut c_void) }
+            .map_err(|f| self.fail(f))
+    }
+
+    /// Destroys an event [`AscendDevice::record_event`] gave
+    /// (`aclrtDestroyEvent`).
+    ///
+    /// # Safety
+    /// As [`AscendDevice::event_done`]; the event is not used afterwards.
+    pub unsafe fn destroy_event(&self, event: usize) -> Result<()> {
+        // SAFETY: the caller's promise.
+        unsafe { result::destroy_event(self.inner.runtime.rt(), event as *mut c_void) }
+            .map_err(|f| self.fail(f))
+    }
+
     pub(crate) fn stream(&self) -> AclrtStream {
         self.inner.stream.raw
     }

@@ -9,8 +9,9 @@
 use std::ffi::{CStr, c_int, c_void};
 
 use super::sys::{
-    ACL_DEVICE_INFO_VECTOR_CORE_NUM, ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, AclError,
-    AclnnStatus, AclrtStream, RuntimeFns,
+    ACL_DEVICE_INFO_VECTOR_CORE_NUM, ACL_ERROR_REPEAT_INITIALIZE,
+    ACL_EVENT_RECORDED_STATUS_NOT_READY, ACL_SUCCESS, AclError, AclnnStatus, AclrtEvent,
+    AclrtStream, RuntimeFns,
 };
 use crate::error::Error;
 
@@ -468,4 +469,64 @@ mod tests {
             );
         }
     }
+}
+
+/// The failure of an event entry point the loaded runtime does not export.
+fn missing(op: &str) -> Failure {
+    Failure {
+        op: op.to_owned(),
+        code: -1,
+        message: format!("the loaded ACL runtime does not export {op}"),
+    }
+}
+
+/// `aclrtCreateEvent` then `aclrtRecordEvent(event, stream)`: an event that
+/// completes when the work queued on `stream` so far has. The event is
+/// destroyed again when recording fails.
+///
+/// # Safety
+/// `rt` is loaded, a device is set on this thread and `stream` is null (the
+/// default stream) or a live stream of this runtime.
+pub unsafe fn record_event(rt: &RuntimeFns, stream: AclrtStream) -> Result<AclrtEvent, Failure> {
+    let create = rt.create_event.ok_or_else(|| missing("aclrtCreateEvent"))?;
+    let record = rt.record_event.ok_or_else(|| missing("aclrtRecordEvent"))?;
+    let mut event: AclrtEvent = std::ptr::null_mut();
+    // SAFETY: `event` is a valid out pointer.
+    check(rt, "aclrtCreateEvent", unsafe { create(&mut event) })?;
+    // SAFETY: the event was just created; the caller vouches for the stream.
+    let recorded = check(rt, "aclrtRecordEvent", unsafe { record(event, stream) });
+    if let Err(f) = recorded {
+        // SAFETY: created above, not used again.
+        let _ = unsafe { destroy_event(rt, event) };
+        return Err(f);
+    }
+    Ok(event)
+}
+
+/// `aclrtQueryEventStatus`: whether the work before the event completed.
+///
+/// # Safety
+/// `event` is a live event of this runtime.
+pub unsafe fn event_done(rt: &RuntimeFns, event: AclrtEvent) -> Result<bool, Failure> {
+    let query = rt
+        .query_event_status
+        .ok_or_else(|| missing("aclrtQueryEventStatus"))?;
+    let mut status: c_int = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    // SAFETY: a live event (the caller's promise) and a valid out pointer.
+    check(rt, "aclrtQueryEventStatus", unsafe {
+        query(event, &mut status)
+    })?;
+    Ok(status != ACL_EVENT_RECORDED_STATUS_NOT_READY)
+}
+
+/// `aclrtDestroyEvent`.
+///
+/// # Safety
+/// `event` is a live event of this runtime, not used afterwards.
+pub unsafe fn destroy_event(rt: &RuntimeFns, event: AclrtEvent) -> Result<(), Failure> {
+    let destroy = rt
+        .destroy_event
+        .ok_or_else(|| missing("aclrtDestroyEvent"))?;
+    // SAFETY: the caller's promise.
+    check(rt, "aclrtDestroyEvent", unsafe { destroy(event) })
 }

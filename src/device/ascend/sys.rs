@@ -21,6 +21,15 @@ pub type AclError = c_int;
 pub type AclnnStatus = i32;
 /// `aclrtStream` (`typedef void *aclrtStream`).
 pub type AclrtStream = *mut c_void;
+/// `aclrtEvent` (`typedef void *aclrtEvent`, `acl/acl_base_rt.h`).
+pub type AclrtEvent = *mut c_void;
+
+/// `aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_NOT_READY`
+/// (`acl/acl_rt.h`): the work recorded before the event has not completed.
+pub const ACL_EVENT_RECORDED_STATUS_NOT_READY: c_int = 0;
+/// `aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_COMPLETE`
+/// (`acl/acl_rt.h`).
+pub const ACL_EVENT_RECORDED_STATUS_COMPLETE: c_int = 1;
 
 /// Opaque `aclTensor`.
 #[repr(C)]
@@ -116,6 +125,19 @@ pub struct RuntimeFns {
     /// `aclError aclGetDeviceCapability(uint32_t deviceId, aclDeviceInfo deviceInfo, int64_t *value)`
     /// (absent from older toolkits).
     pub get_device_capability: Option<unsafe extern "C" fn(u32, c_int, *mut i64) -> AclError>,
+    /// `aclError aclrtCreateEvent(aclrtEvent *event)` (`acl/acl_rt.h`,
+    /// hicann/runtime `include/external/acl/acl_rt.h`). Optional only so
+    /// that a runtime without it still loads for everything else; every
+    /// CANN runtime this crate knows exports it.
+    pub create_event: Option<unsafe extern "C" fn(*mut AclrtEvent) -> AclError>,
+    /// `aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)`
+    /// (`acl/acl_rt.h`).
+    pub record_event: Option<unsafe extern "C" fn(AclrtEvent, AclrtStream) -> AclError>,
+    /// `aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)`
+    /// (`acl/acl_rt.h`; the C enum is written as an `int`).
+    pub query_event_status: Option<unsafe extern "C" fn(AclrtEvent, *mut c_int) -> AclError>,
+    /// `aclError aclrtDestroyEvent(aclrtEvent event)` (`acl/acl_rt.h`).
+    pub destroy_event: Option<unsafe extern "C" fn(AclrtEvent) -> AclError>,
 }
 
 /// `aclnnStatus xGetWorkspaceSize(...)` second phase:
@@ -439,6 +461,10 @@ impl RuntimeFns {
                 get_mem_info: symbol(lib, "aclrtGetMemInfo")?,
                 recent_err_msg: symbol(lib, "aclGetRecentErrMsg")?,
                 get_device_capability: symbol(lib, "aclGetDeviceCapability").ok(),
+                create_event: symbol(lib, "aclrtCreateEvent").ok(),
+                record_event: symbol(lib, "aclrtRecordEvent").ok(),
+                query_event_status: symbol(lib, "aclrtQueryEventStatus").ok(),
+                destroy_event: symbol(lib, "aclrtDestroyEvent").ok(),
             })
         }
     }
