@@ -31,7 +31,10 @@ import json
 import math
 import os
 import pickle
+import warnings
 import weakref
+
+from . import extensions
 
 __all__ = [
     "AllocatorError",
@@ -48,6 +51,15 @@ BACKENDS = ("cpu", "cuda", "npu")
 _CPU_PRIORITY = 1
 _LIBRARY = None
 _INSTANCE = None
+# torch_npu's setter and the NPU extension's hook for it (csrc/npu_allocator.cpp).
+_NPU_HOOKS = (
+    ("set_get_device_stats_fn", "get_device_stats"),
+    ("set_reset_peak_status_fn", "reset_peak_status"),
+    ("set_record_stream_fn", "record_stream"),
+    ("set_erase_stream_fn", "erase_stream"),
+    ("set_reset_fn", "reset"),
+    ("set_memory_fraction_fn", "memory_fraction"),
+)
 
 
 class AllocatorError(RuntimeError):
@@ -101,6 +113,24 @@ class _Library:
                     f"{path} does not export {name}: not the tensor-arena allocator library"
                 ) from None
             fn.argtypes, fn.restype = args, res
+        # The rest of torch's allocator contract (statistics in the caching
+        # allocator's schema, stream-safe reuse, empty_cache, the memory
+        # fraction): typed when exported; the device paths need them and say
+        # so (extensions.library_table) when they are missing.
+        contract = {
+            "tensor_arena_device_stats_json": ([c.c_char_p, c.c_size_t], c.c_size_t),
+            "tensor_arena_reset_peak_stats": ([], None),
+            "tensor_arena_reset_accumulated_stats": ([], None),
+            "tensor_arena_record_stream": ([c.c_void_p, c.c_void_p], None),
+            "tensor_arena_erase_stream": ([c.c_void_p, c.c_void_p], None),
+            "tensor_arena_empty_cache": ([], None),
+            "tensor_arena_set_memory_fraction": ([c.c_double, c.c_int], c.c_int),
+            "tensor_arena_cache_info": ([], c.c_size_t),
+        }
+        for name, (args, res) in contract.items():
+            fn = getattr(self.dll, name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = args, res
 
     def address(self, name):
         """The address of an exported function, for C callers (torch, the CPU extension)."""
@@ -200,6 +230,8 @@ class PlannedAllocator:
         self.policy = dict(policy)
         self._installed = False
         self._pluggable = None
+        #: The device extension serving torch's allocator slot (its path), or None.
+        self.extension = None
         self._in_step = False
         self._hook = None
         self._pacer = None
@@ -216,29 +248,34 @@ class PlannedAllocator:
     def installed(self):
         """Whether torch's allocator slot for the device is served by this allocator."""
         if self.device == "cpu" and self._installed:
-            from . import _cpu_extension
-
-            return bool(_cpu_extension.load().tensor_arena_cpu_installed())
+            return bool(extensions.load("cpu").tensor_arena_cpu_installed())
+        if self.device == "cuda" and self._installed and self.extension is not None:
+            return bool(extensions.load("cuda").tensor_arena_cuda_installed())
         return self._installed
 
     def install(self):
         """Makes the allocator torch's allocator for the device; returns ``self``.
 
-        CUDA and NPU: ``CUDAPluggableAllocator`` / ``NPUPluggableAllocator`` on
-        the library, then ``change_current_allocator``; torch allows that only
-        before the device's first allocation. CPU: the C++ extension (built at
-        first use against the installed torch) takes torch's CPU allocator
-        slot; tensors allocated before keep torch's own deleter.
+        CPU: the C++ extension (built at first use against the installed
+        torch) takes torch's CPU allocator slot; tensors allocated before keep
+        torch's own deleter. CUDA: the CUDA extension's ``CUDAPluggableAllocator``
+        subclass, which answers the whole allocator contract (statistics,
+        ``cacheInfo``, snapshot, ``record_stream``, ``empty_cache``, the memory
+        fraction, ``torch.OutOfMemoryError``). torch_npu: its
+        ``NPUPluggableAllocator`` over the NPU extension's alloc/free, with the
+        extension's hooks handed to its setters. torch allows both only before
+        the device's first allocation. Where a device extension cannot be
+        built (no compiler), a warning says what is lost and the statistics,
+        their resets and the snapshot are answered at Python level
+        (:mod:`tensor_arena.torch_hooks`). See docs/allocator.md, "torch's
+        allocator contract".
         """
         if self._installed:
             return self
-        path = self._lib.path
         if self.device == "cpu":
             import torch  # noqa: F401  (the extension links torch's libc10)
 
-            from . import _cpu_extension
-
-            ext = _cpu_extension.load()
+            ext = extensions.load("cpu")
             rc = ext.tensor_arena_cpu_install(
                 self._lib.address("alloc"),
                 self._lib.address("free"),
@@ -251,31 +288,90 @@ class PlannedAllocator:
                     f"priority above {_CPU_PRIORITY}; the planned allocator was not installed"
                 )
         elif self.device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise AllocatorError("PlannedAllocator('cuda'): torch sees no CUDA device")
-            pluggable = torch.cuda.memory.CUDAPluggableAllocator(
-                path, "tensor_arena_alloc", "tensor_arena_free"
-            )
-            torch.cuda.memory.change_current_allocator(pluggable)
-            self._pluggable = pluggable
+            self._install_cuda()
         else:
-            try:
-                import torch
-                import torch_npu
-            except ImportError as e:
-                raise AllocatorError(f"PlannedAllocator('npu') needs torch_npu: {e}") from None
-            if not torch.npu.is_available():
-                raise AllocatorError("PlannedAllocator('npu'): torch_npu sees no NPU")
-            # Defined in torch_npu/npu/memory.py (also exported as torch_npu.npu.NPUPluggableAllocator).
-            pluggable = torch_npu.npu.memory.NPUPluggableAllocator(
-                path, "tensor_arena_alloc", "tensor_arena_free"
-            )
-            torch_npu.npu.memory.change_current_allocator(pluggable)
-            self._pluggable = pluggable
+            self._install_npu()
         self._installed = True
         return self
+
+    def _device_extension(self, kind):
+        """The device extension and the library's table for it, or ``(None, None)`` with a warning."""
+        table = extensions.library_table(self._lib)
+        try:
+            return extensions.load(kind), table
+        except extensions.ExtensionBuildError as e:
+            warnings.warn(
+                f"tensor-arena: the {kind} allocator extension could not be built, so torch gets the "
+                "plain pluggable allocator: memory_stats(), memory_allocated(), max_memory_allocated(), "
+                "memory_summary(), the peak and accumulated resets and the snapshot are answered at "
+                "Python level from the library (C++ callers still get torch's error), graph capture is "
+                "refused at Python level, and an out-of-memory gives a tensor with a null data pointer "
+                "(a crash at its first use, after the library's log line) instead of "
+                f"torch.OutOfMemoryError. Install a C++ compiler (g++) to fix this. Build error: {e}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None, table
+
+    def _install_cuda(self):
+        import torch
+
+        from . import torch_hooks
+
+        if not torch.cuda.is_available():
+            raise AllocatorError("PlannedAllocator('cuda'): torch sees no CUDA device")
+        ext, table = self._device_extension("cuda")
+        if ext is not None:
+            err = ctypes.create_string_buffer(2048)
+            if ext.tensor_arena_cuda_install(ctypes.byref(table), err, len(err)) != 0:
+                raise AllocatorError(f"PlannedAllocator('cuda').install(): {err.value.decode(errors='replace')}")
+            self.extension = ext.path
+            return
+        pluggable = torch.cuda.memory.CUDAPluggableAllocator(
+            self._lib.path, "tensor_arena_alloc", "tensor_arena_free"
+        )
+        torch_hooks.c_setter_hooks(self._lib, pluggable.allocator(), "cuda")
+        torch.cuda.memory.change_current_allocator(pluggable)
+        torch_hooks.cuda_python_answers(self._lib, torch)
+        self._pluggable = pluggable
+
+    def _install_npu(self):
+        try:
+            import torch
+            import torch_npu
+        except ImportError as e:
+            raise AllocatorError(f"PlannedAllocator('npu') needs torch_npu: {e}") from None
+        from . import torch_hooks
+
+        if not torch.npu.is_available():
+            raise AllocatorError("PlannedAllocator('npu'): torch_npu sees no NPU")
+        ext, table = self._device_extension("npu")
+        if ext is not None:
+            err = ctypes.create_string_buffer(2048)
+            if ext.tensor_arena_npu_bind(ctypes.byref(table), err, len(err)) != 0:
+                raise AllocatorError(f"PlannedAllocator('npu').install(): {err.value.decode(errors='replace')}")
+            # Defined in torch_npu/npu/memory.py (also exported as torch_npu.npu.NPUPluggableAllocator).
+            pluggable = torch_npu.npu.memory.NPUPluggableAllocator(
+                str(ext.path), "tensor_arena_npu_alloc", "tensor_arena_npu_free"
+            )
+            hooks = pluggable.allocator()
+            # The setters' Python binding takes the address as an integer and
+            # casts it to the hook's type (torch_npu/csrc/npu/Module.cpp).
+            for setter, hook in _NPU_HOOKS:
+                address = ext.tensor_arena_npu_hook(hook.encode())
+                if address == 0:
+                    raise AllocatorError(f"the NPU extension {ext.path} has no hook {hook!r}")
+                getattr(hooks, setter)(address)
+            self.extension = ext.path
+        else:
+            pluggable = torch_npu.npu.memory.NPUPluggableAllocator(
+                self._lib.path, "tensor_arena_alloc", "tensor_arena_free"
+            )
+            torch_hooks.c_setter_hooks(self._lib, pluggable.allocator(), "npu")
+        torch_npu.npu.memory.change_current_allocator(pluggable)
+        # torch_npu has no setter for these, extension or not.
+        torch_hooks.npu_python_answers(self._lib, torch_npu, stats=ext is None)
+        self._pluggable = pluggable
 
     def uninstall(self):
         """CPU only: gives torch's CPU allocator slot back to torch's default allocator.
@@ -290,9 +386,7 @@ class PlannedAllocator:
             )
         if not self._installed:
             return
-        from . import _cpu_extension
-
-        if _cpu_extension.load().tensor_arena_cpu_uninstall(_CPU_PRIORITY) != 0:
+        if extensions.load("cpu").tensor_arena_cpu_uninstall(_CPU_PRIORITY) != 0:
             raise AllocatorError("torch's CPU allocator slot no longer holds the planned allocator")
         self._installed = False
 

@@ -282,7 +282,7 @@ def test_cpu_allocator_rules(env, tmp_path):
 
 def test_extension_is_built_at_first_use_and_cached(env, tmp_path):
     e = dict(env, TENSOR_ARENA_CACHE=str(tmp_path / "cache"))
-    code = "import torch, tensor_arena._cpu_extension as x; print(x.library_path())"
+    code = "import torch, tensor_arena.extensions as x; print(x.build('cpu'))"
     first = run(["-c", code], e).stdout.strip()
     built = list((tmp_path / "cache").glob("cpu_allocator-*.so"))
     assert [str(p) for p in built] == [first]
@@ -434,11 +434,19 @@ import torch
 calls = []
 
 
+class FakeHooks:  # the test double of the pluggable allocator's setters, named
+    def __getattr__(self, name):
+        return lambda address: calls.append((name, address))
+
+
 class FakePluggable:  # the test double, named: records what install() hands the runtime
     def __init__(self, path, alloc_fn_name, free_fn_name):
         lib = ctypes.CDLL(path)  # as torch and torch_npu do: the names must resolve in so_path
         getattr(lib, alloc_fn_name), getattr(lib, free_fn_name)
         calls.append(("pluggable", path, alloc_fn_name, free_fn_name))
+
+    def allocator(self):
+        return FakeHooks()
 
 
 def change_current_allocator(a):
@@ -452,6 +460,7 @@ if device == "cuda":
     torch.cuda.memory.change_current_allocator = change_current_allocator
 else:
     fake = types.ModuleType("torch_npu")
+    fake._C = types.SimpleNamespace()
     fake.npu = types.SimpleNamespace(memory=types.SimpleNamespace(
         NPUPluggableAllocator=FakePluggable, change_current_allocator=change_current_allocator))
     sys.modules["torch_npu"] = fake
@@ -462,21 +471,38 @@ from tensor_arena import _native
 
 alloc = ta.PlannedAllocator(device)
 alloc.install()
+lib = ta.allocator.library()
+names = ("set_memory_fraction", "empty_cache", "record_stream", "reset_peak_stats")
 print(json.dumps({"calls": calls, "native": _native.__file__, "installed": alloc.installed,
-                  "library": ta.allocator.library_path()}))
+                  "library": ta.allocator.library_path(), "extension": alloc.extension,
+                  "addresses": {n: lib.address(n) for n in names}}))
 """
 
 
 @pytest.mark.parametrize("device", ["cuda", "npu"])
-def test_device_install_hands_the_library_to_the_pluggable_allocator(env, tmp_path, device):
-    # Named test doubles stand in for the runtimes (no GPU, no torch_npu here): this checks
-    # the wiring only, the device tests above run the real thing where a device exists.
+def test_device_install_without_an_extension_hands_the_library_to_the_pluggable_allocator(
+    env, tmp_path, device
+):
+    # Named test doubles stand in for the runtimes (no GPU, no torch_npu here), and no
+    # compiler (CXX=/bin/false): the path taken where no device extension can be built.
+    # The extensions' own path is tested in test_extensions.py; the device tests above
+    # run the real thing where a device exists.
     (tmp_path / "w.py").write_text(textwrap.dedent(WIRING))
-    out = json.loads(run([str(tmp_path / "w.py"), device], env).stdout.strip().splitlines()[-1])
+    done = run([str(tmp_path / "w.py"), device], dict(env, CXX="/bin/false"))
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "could not be built" in done.stderr
+    assert out["extension"] is None
     # so_path: the package's native module, unless TENSOR_ARENA_ALLOC_LIB names another.
     assert out["library"] == env.get("TENSOR_ARENA_ALLOC_LIB", out["native"])
+    a = out["addresses"]
+    setters = [["set_memory_fraction_fn", a["set_memory_fraction"]], ["set_reset_fn", a["empty_cache"]]]
+    if device == "cuda":
+        setters.append(["set_record_stream_fn", a["record_stream"]])
+    else:
+        setters.append(["set_reset_peak_status_fn", a["reset_peak_stats"]])
     assert out["calls"] == [
         ["pluggable", out["library"], "tensor_arena_alloc", "tensor_arena_free"],
+        *setters,
         ["change_current_allocator", "FakePluggable"],
     ]
     assert out["installed"] is True
