@@ -136,6 +136,8 @@ pub struct PlannedAllocator {
     live_this_bytes: u64,
     /// Exact regions given in this serving step ([`EXACT_PER_STEP`]).
     exact_this_step: u32,
+    /// The longest a step boundary waited for a plan, in seconds.
+    planning_wait_max: f64,
     /// An installed plan whose (larger) region is reserved at the next
     /// step's first request.
     awaiting_region: Option<site_plan::SitePlan>,
@@ -225,6 +227,7 @@ impl PlannedAllocator {
             live_prev_bytes: 0,
             live_this_bytes: 0,
             exact_this_step: 0,
+            planning_wait_max: 0.0,
             phase: if config.warmup_steps == 0 {
                 Phase::Recording
             } else {
@@ -444,6 +447,12 @@ impl PlannedAllocator {
                 None
             }
         }
+    }
+
+    /// The training thread waited for the planner since `started`.
+    fn note_planning_wait(&mut self, started: std::time::Instant) {
+        let waited = started.elapsed().as_secs_f64();
+        self.planning_wait_max = self.planning_wait_max.max(waited);
     }
 
     /// Counts the free of a block made inside step `origin.step`.
@@ -752,6 +761,7 @@ impl PlannedAllocator {
             requests_after_warmup: c.requests_serving,
             served_from_plan: c.served,
             served_in_slab_gaps: c.served_in_gaps,
+            planning_wait_seconds_max: self.planning_wait_max,
             served_share: if c.requests_serving == 0 {
                 1.0
             } else {
@@ -991,7 +1001,9 @@ impl PlannedAllocator {
             }
             return;
         }
+        let started = std::time::Instant::now();
         let (plan, steps) = make(steps);
+        self.note_planning_wait(started);
         self.install(plan, steps);
     }
 
@@ -1019,7 +1031,10 @@ impl PlannedAllocator {
     /// Swaps in a plan made on the planner's thread (waiting for it).
     fn install_pending(&mut self) {
         if let Some(handle) = self.pending_plan.take() {
-            match handle.join() {
+            let started = std::time::Instant::now();
+            let joined = handle.join();
+            self.note_planning_wait(started);
+            match joined {
                 Ok((plan, steps)) => self.install(plan, steps),
                 Err(_) => self.error(Kind::Replan, || {
                     "the planner's thread panicked; the plan serving stays".to_owned()

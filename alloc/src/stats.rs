@@ -105,6 +105,10 @@ pub struct Stats {
     /// gap of the slab no live block held: no device memory, but not the
     /// plan either (not counted in `served_share`).
     pub served_in_slab_gaps: u64,
+    /// The longest a step boundary kept the training thread waiting for a
+    /// plan (made there, or joined from the planner's thread), in seconds:
+    /// a measured time, not a decision input.
+    pub planning_wait_seconds_max: f64,
     /// `served_from_plan / requests_after_warmup` (1 when there were none).
     pub served_share: f64,
     /// Fallback allocations in the last serving step.
