@@ -94,6 +94,11 @@ def test_fixed_length_gpt2_is_served_from_the_plan_with_identical_losses(env, tm
         assert s["asked_now"] > 0
         assert s["served_now"] == s["asked_now"], s
         assert s["fallback_allocations_last_step"] == 0, s
+    # The slab's region is reserved in the first step the plan serves (once
+    # the gradients the recorded step carried into it are freed); no step
+    # after it reserves anything.
+    assert steady[0]["backing_reservations_last_step"] == 1, steady[0]
+    for s in steady[1:]:
         assert s["backing_reservations_last_step"] == 0, s
     assert steady[-1]["backing_reservations"] == steady[0]["backing_reservations"]
     st = r["stats"]
@@ -155,8 +160,12 @@ def test_random_lengths_then_a_longer_step_replans_once_and_hits_again(env, tmp_
     assert after, "no step ran after the re-plan"
     for i in after:
         assert miss_now[i] == 0 and served[i] == asked[i] > 0, per_step[i]
+    # The larger plan's region is reserved in the first step it serves (the
+    # old one went first, or stays and gets one more region); none after.
+    assert per_step[after[0]]["backing_reservations_last_step"] <= 1, per_step[after[0]]
+    for i in after[1:]:
         assert per_step[i]["backing_reservations_last_step"] == 0, per_step[i]
-    assert SUMMARY.match(lines[-2]) and FRAGMENTATION.match(lines[-1])
+    assert SUMMARY.match(lines[-3]) and FRAGMENTATION.match(lines[-2]) and WHOLE_RUN.match(lines[-1])
 
 
 BAD_INPUT = """
@@ -408,7 +417,7 @@ def _device_run(env, tmp_path, device):
     st = r["stats"]
     assert st["served_share"] == 1.0 and st["fallback_allocations_max_step"] == 0
     assert st["slab_ratio"] <= 1.01
-    assert SUMMARY.match(lines[-2])
+    assert SUMMARY.match(lines[-3]) and WHOLE_RUN.match(lines[-1])
 
 
 def test_cuda_pluggable_allocator_runs_the_same_loop(env, tmp_path):
