@@ -19,7 +19,7 @@ use crate::record::{FreedAt, Life, Origin, Records, StepRecord};
 use crate::site_plan::{self, GUARD};
 use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, PlanWindow, Stats, fragmentation};
-use crate::trace::{TraceLog, TracedBacking};
+use crate::trace::TraceLog;
 
 // torch's contract beyond alloc/free: device statistics, stream-safe
 // reuse, empty_cache, the memory fraction (hooks called below).
@@ -195,12 +195,12 @@ impl PlannedAllocator {
     /// Opens the backing `config` names and starts in warm-up.
     pub fn new(config: Config) -> Result<PlannedAllocator> {
         let trace = config.trace.as_deref().map(TraceLog::create).transpose()?;
-        let mut backing = backing::open(&config)?;
-        // Trace hook: reservations and releases become segment lines.
-        if let Some(log) = &trace {
-            backing = Box::new(TracedBacking::new(backing, log.clone()));
-        }
+        let backing = backing::open(&config)?;
         let mut a = PlannedAllocator::with_backing(config, backing);
+        // Reservations and releases become the trace's segment lines.
+        if let Some(log) = &trace {
+            a.backing.set_trace(log.clone());
+        }
         a.trace = trace;
         Ok(a)
     }
@@ -725,6 +725,9 @@ impl PlannedAllocator {
         let backing = std::mem::replace(&mut self.backing, placeholder).into_inner();
         let trace = self.trace.take();
         *self = PlannedAllocator::with_backing(config, backing);
+        if let Some(log) = &trace {
+            self.backing.set_trace(log.clone());
+        }
         self.trace = trace;
         leaked
     }

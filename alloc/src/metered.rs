@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use crate::backing::Backing;
 use crate::error::Result;
+use crate::trace::TraceLog;
 
 /// A backing with its regions counted.
 pub struct Metered {
@@ -17,6 +18,9 @@ pub struct Metered {
     regions: HashMap<usize, u64>,
     current: u64,
     peak: u64,
+    /// The trace whose `segment_alloc` / `segment_free` lines are these
+    /// regions, if one is written.
+    trace: Option<TraceLog>,
 }
 
 impl Metered {
@@ -27,7 +31,13 @@ impl Metered {
             regions: HashMap::with_capacity(1024),
             current: 0,
             peak: 0,
+            trace: None,
         }
+    }
+
+    /// Writes every reservation and release to `trace` from now on.
+    pub fn set_trace(&mut self, trace: TraceLog) {
+        self.trace = Some(trace);
     }
 
     /// Bytes of the regions held now (as asked for: the backing may round
@@ -71,6 +81,9 @@ impl Backing for Metered {
         self.regions.insert(addr, bytes as u64);
         self.current += bytes as u64;
         self.peak = self.peak.max(self.current);
+        if let Some(t) = &self.trace {
+            t.segment("segment_alloc", addr, bytes);
+        }
         Ok(addr)
     }
 
@@ -78,6 +91,9 @@ impl Backing for Metered {
         if let Some(bytes) = self.regions.remove(&addr) {
             self.current -= bytes;
             self.inner.release(addr);
+            if let Some(t) = &self.trace {
+                t.segment("segment_free", addr, bytes as usize);
+            }
         }
     }
 

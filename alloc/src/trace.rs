@@ -23,7 +23,6 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::backing::Backing;
 use crate::error::{Error, Result};
 
 /// The CSV header line.
@@ -90,7 +89,7 @@ impl TraceWriter {
 }
 
 /// The allocator's side of a trace: a [`TraceWriter`] shared with the
-/// [`TracedBacking`] that logs the segment lines, and the live blocks'
+/// [`crate::Metered`] backing that logs the segment lines, and the live blocks'
 /// sizes and streams, so that a `free` line carries them (torch's CPU
 /// deleter does not pass the size). Cloning shares the same file.
 #[derive(Clone)]
@@ -164,84 +163,10 @@ impl TraceLog {
         self.state().writer.failed()
     }
 
-    fn segment(&self, event: &str, addr: usize, size: usize) {
+    /// A `segment_alloc` / `segment_free` line (written by
+    /// [`crate::Metered`], which sees every region).
+    pub(crate) fn segment(&self, event: &str, addr: usize, size: usize) {
         self.state().writer.event(event, addr, size, 0);
-    }
-}
-
-/// A [`Backing`] that writes every reservation and release of the backing
-/// it wraps into a trace (`segment_alloc` / `segment_free`), so that the
-/// file alone gives the run's reserved bytes.
-pub struct TracedBacking {
-    inner: Box<dyn Backing>,
-    log: TraceLog,
-    /// Address -> bytes of the regions reserved through this wrapper.
-    regions: HashMap<usize, usize>,
-}
-
-impl TracedBacking {
-    /// Wraps `inner`; its events go to `log`.
-    pub fn new(inner: Box<dyn Backing>, log: TraceLog) -> TracedBacking {
-        TracedBacking {
-            inner,
-            log,
-            regions: HashMap::new(),
-        }
-    }
-}
-
-impl Backing for TracedBacking {
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-    fn reserve(&mut self, bytes: usize) -> Result<usize> {
-        let addr = self.inner.reserve(bytes)?;
-        self.regions.insert(addr, bytes);
-        self.log.segment("segment_alloc", addr, bytes);
-        Ok(addr)
-    }
-    fn release(&mut self, addr: usize) {
-        self.inner.release(addr);
-        if let Some(bytes) = self.regions.remove(&addr) {
-            self.log.segment("segment_free", addr, bytes);
-        }
-    }
-    fn fill(&mut self, addr: usize, len: usize, byte: u8) -> Result<()> {
-        self.inner.fill(addr, len, byte)
-    }
-    fn read(&mut self, addr: usize, dst: &mut [u8]) -> Result<()> {
-        self.inner.read(addr, dst)
-    }
-    fn free_memory(&self) -> Option<usize> {
-        self.inner.free_memory()
-    }
-    fn total_memory(&self) -> Option<usize> {
-        self.inner.total_memory()
-    }
-    fn reservations(&self) -> u64 {
-        self.inner.reservations()
-    }
-    fn reserved_bytes(&self) -> u64 {
-        self.inner.reserved_bytes()
-    }
-    fn device(&self) -> i32 {
-        self.inner.device()
-    }
-
-    fn record_event(&mut self, stream: usize) -> Result<usize> {
-        self.inner.record_event(stream)
-    }
-
-    fn event_done(&mut self, event: usize) -> Result<bool> {
-        self.inner.event_done(event)
-    }
-
-    fn destroy_event(&mut self, event: usize) {
-        self.inner.destroy_event(event)
-    }
-
-    fn set_reserve_cap(&mut self, cap: u64) -> bool {
-        self.inner.set_reserve_cap(cap)
     }
 }
 
@@ -574,8 +499,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.csv");
         let log = TraceLog::create(path.to_str().unwrap()).unwrap();
-        let mut b =
-            TracedBacking::new(Box::new(crate::replay::NullBacking::new(None)), log.clone());
+        use crate::backing::Backing;
+        let mut b = crate::Metered::new(Box::new(crate::replay::NullBacking::new(None)));
+        b.set_trace(log.clone());
         let r = b.reserve(4096).unwrap();
         log.step_begin();
         log.alloc(Some(r), 100, 3);
