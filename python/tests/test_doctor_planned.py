@@ -123,3 +123,31 @@ def test_the_launchers_trace_is_read_by_the_doctor(env, tmp_path):
     assert abs(p["served_share"] - s["served_share"]) <= 0.005
     assert p["replans"] == s["replans"]
     assert p["peak_reserved_bytes"] == segment_peak(trace)
+
+
+SUITE = REPO / "python" / "benches" / "allocator_suite"
+
+
+@pytest.mark.parametrize("loop,steps", [("masked_shapes", 20), ("gpt2_accum_eval", 12)])
+def test_loops_of_the_allocator_suite_are_predicted_from_their_traces(env, tmp_path, loop, steps):
+    """Two loops of the allocator suite (data-dependent shapes; gradient
+    accumulation with an eval pass) under the launcher, then their traces
+    alone through the doctor: the prediction is the run."""
+    stats = tmp_path / "stats.json"
+    trace = tmp_path / "trace.csv"
+    e = dict(env, TENSOR_ARENA_ALLOCATOR="cpu")
+    done = subprocess.run(
+        [sys.executable, "-m", "tensor_arena.run", "--trace", str(trace), "--stats", str(stats),
+         str(SUITE / f"{loop}.py"), "--steps", str(steps), "--out", str(tmp_path / "res.json")],
+        env=e, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    s = json.loads(stats.read_text())
+    p = ta.replay(trace, planned=True, platform="cuda", search=False)["planned"]
+    assert p["steps"] == s["steps"]
+    assert abs(p["served_share"] - s["served_share"]) <= 0.005, (p, s)
+    assert p["replans"] == s["replans"]
+    # The whole-run peak: the run's own stats, its trace's segment lines and
+    # the prediction agree.
+    assert s["peak_reserved_bytes"] == segment_peak(trace)
+    assert abs(p["peak_reserved_bytes"] - s["peak_reserved_bytes"]) <= 0.02 * s["peak_reserved_bytes"]
