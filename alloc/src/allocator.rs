@@ -863,10 +863,7 @@ impl PlannedAllocator {
             return Err(false);
         }
         match slab.serve(origin, size, stream) {
-            Ok(addr) => {
-                let slot = slab
-                    .live_site_at(addr)
-                    .map_or(GUARD, |k| slab.plan.sites[k].slot);
+            Ok((addr, slot)) => {
                 // A slot whose bytes still wait for events of streams that
                 // used them (record_stream) is not served: a miss of its own.
                 if !self.side.uses.is_idle() && self.side.uses.overlaps(addr, slot) {

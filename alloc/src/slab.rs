@@ -297,7 +297,13 @@ impl PlannedSlab {
     /// the matcher gives it ([`crate::align`]), when no live block holds
     /// any of that site's bytes. A refused request that took a site still
     /// moves the cursor past it.
-    pub fn serve(&mut self, origin: Origin, size: u64, stream: u32) -> Result<usize, Refusal> {
+    /// Returns the address and the slot's bytes.
+    pub fn serve(
+        &mut self,
+        origin: Origin,
+        size: u64,
+        stream: u32,
+    ) -> Result<(usize, u64), Refusal> {
         let sites = &self.plan.sites;
         let mut found = align::find(sites, |s| s.shape(), self.cursor, size, stream);
         // The step's first request: most steps start at the entry site, a
@@ -347,7 +353,7 @@ impl PlannedSlab {
         self.live.insert(pos);
         self.live_block[pos] = (origin, size);
         self.live_count += 1;
-        Ok(addr)
+        Ok((addr, end - offset))
     }
 
     /// Places a block of `slot` bytes (`size` asked for) for `origin` in
