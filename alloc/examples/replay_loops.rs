@@ -27,9 +27,9 @@ fn main() {
     };
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     println!(
-        "| loop | steps | planned MiB | caching MiB | expandable MiB | planned/caching | planned/expandable | served | re-plans | fallback max/step | slab/LB | peak live MiB |"
+        "| loop | steps | planned MiB | caching MiB | expandable MiB | planned/caching | planned/expandable | served | re-plans | fallback max/step | slab/LB | peak live MiB | planning wait ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut logs = (0.0f64, 0.0f64, 0usize);
     for (name, events) in loops::all() {
         let config = ReplayConfig {
@@ -54,7 +54,7 @@ fn main() {
         );
         logs = (logs.0 + rc.ln(), logs.1 + re.ln(), logs.2 + 1);
         println!(
-            "| {name} | {} | {:.2} | {:.2} | {:.2} | {rc:.3} | {re:.3} | {:.2}% | {} | {} | {:.3} | {:.2} |",
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {rc:.3} | {re:.3} | {:.2}% | {} | {} | {:.3} | {:.2} | {:.1} |",
             p.steps,
             mib(p.peak_reserved_bytes),
             mib(c),
@@ -64,6 +64,7 @@ fn main() {
             p.fallback_allocations_max_step,
             s.slab_ratio,
             mib(s.peak_live_bytes),
+            1000.0 * s.planning_wait_seconds_max,
         );
     }
     if logs.2 > 0 {

@@ -98,7 +98,7 @@ const EARLIER: f64 = 1e-9;
 
 /// Half the width of the band [`align_steps`] searches around the
 /// diagonal, beyond the difference of the two lengths.
-const BAND: usize = 96;
+const BAND: usize = 32;
 
 /// The most cells of the traceback (3 bytes each) one alignment keeps.
 const MAX_CELLS: usize = 1 << 24;
