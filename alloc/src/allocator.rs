@@ -864,25 +864,14 @@ impl PlannedAllocator {
         }
         match slab.serve(origin, size, stream) {
             Ok((addr, slot)) => {
-                // A slot whose bytes still wait for events of streams that
-                // used them (record_stream) is not served: a miss of its own.
-                if !self.side.uses.is_idle() && self.side.uses.overlaps(addr, slot) {
-                    slab.free(addr);
+                if self.take_slab_block(addr, slot, size) {
+                    Ok(addr)
+                } else {
+                    // A slot whose bytes still wait for events of streams
+                    // that used them (record_stream): a miss of its own.
                     self.counters.misses.pending += 1;
-                    return Err(true);
+                    Err(true)
                 }
-                self.planned_served(slot, size);
-                if self.checked {
-                    let guard_at = addr + (slot - GUARD) as usize;
-                    if self
-                        .backing
-                        .fill(guard_at, GUARD as usize, GUARD_BYTE)
-                        .is_err()
-                    {
-                        self.counters.errors.guard_violations += 1;
-                    }
-                }
-                Ok(addr)
             }
             Err(Refusal::Order) => {
                 self.counters.misses.order += 1;
@@ -909,17 +898,16 @@ impl PlannedAllocator {
         }
     }
 
-    /// Places a missed request in the largest-enough-smallest gap of the
-    /// slab that no live block holds (best fit), counted in
-    /// `served_in_gaps`.
-    fn place_in_gap(&mut self, origin: Origin, size: u64) -> Option<usize> {
-        let slot = site_plan::slot_for(size, self.platform.pad() as u64, self.checked);
-        let slab = self.slab.as_mut()?;
-        let addr = slab.place_in_gap(origin, size, slot)?;
-        // Bytes that wait for other streams' events are not free yet.
+    /// A block of the slab was placed at `addr` (a planned site or a gap):
+    /// `false`, and the placement undone, when bytes of its slot still wait
+    /// for events of streams that used them; else it is counted and, in
+    /// checked mode, its guard written.
+    fn take_slab_block(&mut self, addr: usize, slot: u64, size: u64) -> bool {
         if !self.side.uses.is_idle() && self.side.uses.overlaps(addr, slot) {
-            slab.free(addr);
-            return None;
+            if let Some(slab) = self.slab.as_mut() {
+                slab.free(addr);
+            }
+            return false;
         }
         self.planned_served(slot, size);
         if self.checked {
@@ -931,6 +919,18 @@ impl PlannedAllocator {
             {
                 self.counters.errors.guard_violations += 1;
             }
+        }
+        true
+    }
+
+    /// Places a missed request in the largest-enough-smallest gap of the
+    /// slab that no live block holds (best fit), counted in
+    /// `served_in_gaps`.
+    fn place_in_gap(&mut self, origin: Origin, size: u64) -> Option<usize> {
+        let slot = site_plan::slot_for(size, self.platform.pad() as u64, self.checked);
+        let addr = self.slab.as_mut()?.place_in_gap(origin, size, slot)?;
+        if !self.take_slab_block(addr, slot, size) {
+            return None;
         }
         self.counters.served_in_gaps += 1;
         Some(addr)
