@@ -70,7 +70,7 @@ pub use error::{Error, Result};
 pub use exact::ExactPool;
 pub use fallback::{Fallback, FallbackBlock};
 pub use live_set::LiveSet;
-pub use metered::Metered;
+pub use metered::{BackingCalls, Metered};
 pub use record::{FreedAt, Life, Origin, Records, Request, StepRecord};
 pub use site_plan::{GRANULE, GUARD, Site, SitePlan, Unplanned, slot_for};
 pub use slab::{PlannedSlab, Refusal, SlabBlock};

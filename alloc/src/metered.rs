@@ -5,7 +5,7 @@
 //! `peak_reserved_bytes`, and the sizes a trace's `segment_alloc` /
 //! `segment_free` lines carry, so one is recomputed from the other.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::backing::Backing;
 use crate::error::Result;
@@ -21,6 +21,69 @@ pub struct Metered {
     /// The trace whose `segment_alloc` / `segment_free` lines are these
     /// regions, if one is written.
     trace: Option<TraceLog>,
+    /// Reserved address ranges: base -> (bytes of address space, bytes
+    /// mapped now).
+    ranges: BTreeMap<usize, (u64, u64)>,
+    calls: BackingCalls,
+}
+
+/// Calls made to the backing, by kind: each one a device call on a GPU or
+/// an NPU (`cudaMalloc`, `cudaFree`, `cuMemMap`, `aclrtMalloc`, ...), the
+/// figures the device-call budget is held to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BackingCalls {
+    /// Whole regions reserved (`cudaMalloc`, `aclrtMalloc`).
+    pub reserve: u64,
+    /// Whole regions released (`cudaFree`, which synchronises the device;
+    /// `aclrtFree`).
+    pub release: u64,
+    /// Address ranges reserved (`cuMemAddressReserve`,
+    /// `aclrtReserveMemAddress`).
+    pub reserve_address: u64,
+    /// Address ranges released.
+    pub release_address: u64,
+    /// Physical memory mapped into a range (`cuMemCreate` + `cuMemMap` +
+    /// `cuMemSetAccess`; `aclrtMallocPhysical` + `aclrtMapMem`).
+    pub map: u64,
+    /// Physical memory unmapped from a range (`cuMemUnmap` +
+    /// `cuMemRelease`; `aclrtUnmapMem` + `aclrtFreePhysical`).
+    pub unmap: u64,
+    /// Events recorded (`cudaEventRecord`, `aclrtRecordEvent`).
+    pub event_record: u64,
+    /// Event queries (`cudaEventQuery`, `aclrtQueryEventStatus`).
+    pub event_query: u64,
+    /// Events destroyed.
+    pub event_destroy: u64,
+}
+
+impl BackingCalls {
+    /// Calls that take or give device memory (everything but events).
+    pub fn memory(&self) -> u64 {
+        self.reserve
+            + self.release
+            + self.reserve_address
+            + self.release_address
+            + self.map
+            + self.unmap
+    }
+    /// Every call.
+    pub fn total(&self) -> u64 {
+        self.memory() + self.event_record + self.event_query + self.event_destroy
+    }
+    /// The calls made since `earlier` (a copy taken before).
+    pub fn since(&self, earlier: &BackingCalls) -> BackingCalls {
+        BackingCalls {
+            reserve: self.reserve - earlier.reserve,
+            release: self.release - earlier.release,
+            reserve_address: self.reserve_address - earlier.reserve_address,
+            release_address: self.release_address - earlier.release_address,
+            map: self.map - earlier.map,
+            unmap: self.unmap - earlier.unmap,
+            event_record: self.event_record - earlier.event_record,
+            event_query: self.event_query - earlier.event_query,
+            event_destroy: self.event_destroy - earlier.event_destroy,
+        }
+    }
 }
 
 impl Metered {
@@ -32,7 +95,25 @@ impl Metered {
             current: 0,
             peak: 0,
             trace: None,
+            ranges: BTreeMap::new(),
+            calls: BackingCalls::default(),
         }
+    }
+
+    /// The calls made to the backing so far.
+    pub fn calls(&self) -> BackingCalls {
+        self.calls
+    }
+
+    fn add(&mut self, bytes: u64) {
+        self.current += bytes;
+        self.peak = self.peak.max(self.current);
+    }
+
+    /// The range holding `addr`, if one does: its base.
+    fn range_of(&self, addr: usize) -> Option<usize> {
+        let (&base, &(size, _)) = self.ranges.range(..=addr).next_back()?;
+        (addr - base < size as usize).then_some(base)
     }
 
     /// Writes every reservation and release to `trace` from now on.
@@ -78,9 +159,9 @@ impl Backing for Metered {
 
     fn reserve(&mut self, bytes: usize) -> Result<usize> {
         let addr = self.inner.reserve(bytes)?;
+        self.calls.reserve += 1;
         self.regions.insert(addr, bytes as u64);
-        self.current += bytes as u64;
-        self.peak = self.peak.max(self.current);
+        self.add(bytes as u64);
         if let Some(t) = &self.trace {
             t.segment("segment_alloc", addr, bytes);
         }
@@ -90,6 +171,7 @@ impl Backing for Metered {
     fn release(&mut self, addr: usize) {
         if let Some(bytes) = self.regions.remove(&addr) {
             self.current -= bytes;
+            self.calls.release += 1;
             self.inner.release(addr);
             if let Some(t) = &self.trace {
                 t.segment("segment_free", addr, bytes as usize);
@@ -126,19 +208,76 @@ impl Backing for Metered {
     }
 
     fn record_event(&mut self, stream: usize) -> Result<usize> {
+        self.calls.event_record += 1;
         self.inner.record_event(stream)
     }
 
     fn event_done(&mut self, event: usize) -> Result<bool> {
+        self.calls.event_query += 1;
         self.inner.event_done(event)
     }
 
     fn destroy_event(&mut self, event: usize) {
+        self.calls.event_destroy += 1;
         self.inner.destroy_event(event)
     }
 
     fn set_reserve_cap(&mut self, cap: u64) -> bool {
         self.inner.set_reserve_cap(cap)
+    }
+
+    fn map_granularity(&self) -> Option<usize> {
+        self.inner.map_granularity()
+    }
+
+    fn reserve_address(&mut self, bytes: usize) -> Result<usize> {
+        let base = self.inner.reserve_address(bytes)?;
+        self.calls.reserve_address += 1;
+        self.ranges.insert(base, (bytes as u64, 0));
+        Ok(base)
+    }
+
+    fn map(&mut self, addr: usize, len: usize) -> Result<()> {
+        self.inner.map(addr, len)?;
+        self.calls.map += 1;
+        if let Some(base) = self.range_of(addr)
+            && let Some(r) = self.ranges.get_mut(&base)
+        {
+            r.1 += len as u64;
+        }
+        self.add(len as u64);
+        if let Some(t) = &self.trace {
+            t.segment("segment_alloc", addr, len);
+        }
+        Ok(())
+    }
+
+    fn unmap(&mut self, addr: usize, len: usize) -> Result<()> {
+        self.inner.unmap(addr, len)?;
+        self.calls.unmap += 1;
+        if let Some(base) = self.range_of(addr)
+            && let Some(r) = self.ranges.get_mut(&base)
+        {
+            r.1 = r.1.saturating_sub(len as u64);
+        }
+        self.current = self.current.saturating_sub(len as u64);
+        if let Some(t) = &self.trace {
+            t.segment("segment_free", addr, len);
+        }
+        Ok(())
+    }
+
+    fn release_address(&mut self, base: usize) {
+        if let Some((_, mapped)) = self.ranges.remove(&base) {
+            self.calls.release_address += 1;
+            self.current = self.current.saturating_sub(mapped);
+            if mapped > 0
+                && let Some(t) = &self.trace
+            {
+                t.segment("segment_free", base, mapped as usize);
+            }
+            self.inner.release_address(base);
+        }
     }
 }
 

@@ -87,6 +87,9 @@ impl Gauge {
 pub struct NullBacking {
     next: usize,
     regions: HashMap<usize, usize>,
+    /// Reserved ranges: base -> (bytes of address space, mapped pages).
+    ranges: std::collections::BTreeMap<usize, (usize, std::collections::BTreeSet<usize>)>,
+    granularity: Option<usize>,
     capacity: Option<u64>,
     reservations: u64,
     gauge: Gauge,
@@ -99,10 +102,20 @@ impl NullBacking {
         NullBacking {
             next: BASE,
             regions: HashMap::new(),
+            ranges: std::collections::BTreeMap::new(),
+            granularity: None,
             capacity,
             reservations: 0,
             gauge: Gauge::default(),
         }
+    }
+
+    /// Mapped ranges of `granularity` bytes' pages from now on (the host's
+    /// page, CUDA's 2 MiB): a replay then predicts a backing with a
+    /// virtual-memory API. `None`: whole regions only.
+    pub fn with_map_granularity(mut self, granularity: Option<usize>) -> NullBacking {
+        self.granularity = granularity.filter(|&g| g > 0);
+        self
     }
 
     /// Its reserved bytes, readable after the allocator took the backing.
@@ -146,6 +159,92 @@ impl Backing for NullBacking {
     fn release(&mut self, addr: usize) {
         if let Some(bytes) = self.regions.remove(&addr) {
             self.gauge.sub(bytes as u64);
+        }
+    }
+    fn map_granularity(&self) -> Option<usize> {
+        self.granularity
+    }
+    fn reserve_address(&mut self, bytes: usize) -> Result<usize> {
+        let g = self
+            .granularity
+            .ok_or_else(|| crate::backing::no_ranges("null", "reserve_address", bytes))?;
+        // Ranges start on a granule, past every region handed out so far.
+        let base = self.next.next_multiple_of(g);
+        let end = base.checked_add(bytes).ok_or_else(|| Error::Backing {
+            backend: self.name(),
+            reason: format!("{bytes} bytes of address space: the address space is spent"),
+        })?;
+        self.next = end + ALIGN;
+        self.ranges.insert(base, (bytes, Default::default()));
+        Ok(base)
+    }
+    fn map(&mut self, addr: usize, len: usize) -> Result<()> {
+        let g = self
+            .granularity
+            .ok_or_else(|| crate::backing::no_ranges("null", "map", len))?;
+        let now = self.gauge.reserved_bytes();
+        if let Some(cap) = self.capacity
+            && now.saturating_add(len as u64) > cap
+        {
+            self.gauge.refuse();
+            return Err(Error::Backing {
+                backend: self.name(),
+                reason: format!(
+                    "map of {len} bytes with {now} reserved: past the capacity of {cap} bytes"
+                ),
+            });
+        }
+        let bad = |why: &str| Error::Backing {
+            backend: "null".to_owned(),
+            reason: format!("map of {len} bytes at {addr:#x}: {why}"),
+        };
+        if !addr.is_multiple_of(g) || !len.is_multiple_of(g) || len == 0 {
+            return Err(bad("not whole pages of the granularity"));
+        }
+        let (&base, (size, pages)) = self
+            .ranges
+            .range_mut(..=addr)
+            .next_back()
+            .ok_or_else(|| bad("outside every reserved range"))?;
+        if addr + len > base + *size {
+            return Err(bad("past the end of its range"));
+        }
+        if (addr..addr + len).step_by(g).any(|p| pages.contains(&p)) {
+            return Err(bad("a page of it is mapped already"));
+        }
+        pages.extend((addr..addr + len).step_by(g));
+        self.reservations += 1;
+        self.gauge.add(len as u64);
+        Ok(())
+    }
+    fn unmap(&mut self, addr: usize, len: usize) -> Result<()> {
+        let g = self
+            .granularity
+            .ok_or_else(|| crate::backing::no_ranges("null", "unmap", len))?;
+        let bad = |why: &str| Error::Backing {
+            backend: "null".to_owned(),
+            reason: format!("unmap of {len} bytes at {addr:#x}: {why}"),
+        };
+        if !addr.is_multiple_of(g) || !len.is_multiple_of(g) {
+            return Err(bad("not whole pages of the granularity"));
+        }
+        let (_, (_, pages)) = self
+            .ranges
+            .range_mut(..=addr)
+            .next_back()
+            .ok_or_else(|| bad("outside every reserved range"))?;
+        if (addr..addr + len).step_by(g).any(|p| !pages.contains(&p)) {
+            return Err(bad("a page of it is not mapped"));
+        }
+        for p in (addr..addr + len).step_by(g) {
+            pages.remove(&p);
+        }
+        self.gauge.sub(len as u64);
+        Ok(())
+    }
+    fn release_address(&mut self, base: usize) {
+        if let (Some((_, pages)), Some(g)) = (self.ranges.remove(&base), self.granularity) {
+            self.gauge.sub((pages.len() * g) as u64);
         }
     }
     fn fill(&mut self, _addr: usize, _len: usize, _byte: u8) -> Result<()> {

@@ -75,6 +75,32 @@ impl Backing for Capped {
         self.cap = cap;
         true
     }
+    fn map_granularity(&self) -> Option<usize> {
+        self.inner.map_granularity()
+    }
+    fn reserve_address(&mut self, bytes: usize) -> Result<usize> {
+        // Address space alone costs no device memory: not capped.
+        self.inner.reserve_address(bytes)
+    }
+    fn map(&mut self, addr: usize, len: usize) -> Result<()> {
+        let reserved = self.inner.reserved_bytes();
+        if reserved.saturating_add(len as u64) > self.cap {
+            return Err(Error::Backing {
+                backend: self.inner.name(),
+                reason: format!(
+                    "map of {len} bytes with {reserved} reserved: over the memory fraction's cap of {} bytes (set_memory_fraction)",
+                    self.cap
+                ),
+            });
+        }
+        self.inner.map(addr, len)
+    }
+    fn unmap(&mut self, addr: usize, len: usize) -> Result<()> {
+        self.inner.unmap(addr, len)
+    }
+    fn release_address(&mut self, base: usize) {
+        self.inner.release_address(base)
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@ use tensor_arena::device::ascend::{AscendConfig, AscendDevice};
 use tensor_arena::{Device, HostDevice, device::Slab};
 
 use super::Backing;
+#[cfg(unix)]
+use super::host_range::HostRanges;
 use crate::error::{Error, Result};
 
 /// Regions are reserved with this alignment: torch_npu's and PyTorch's
@@ -21,6 +23,10 @@ pub struct DeviceBacking<D: Device> {
     reservations: u64,
     reserved: u64,
     total: Option<usize>,
+    /// Mapped ranges (host pages only; the Ascend device's are the
+    /// runtime's own calls).
+    #[cfg(unix)]
+    ranges: Option<HostRanges>,
 }
 
 /// Host pages (the CPU backend).
@@ -37,6 +43,8 @@ pub fn host_backing_on(device: HostDevice) -> DeviceBacking<HostDevice> {
         reservations: 0,
         reserved: 0,
         total: None,
+        #[cfg(unix)]
+        ranges: Some(HostRanges::default()),
     }
     .with_host_total()
 }
@@ -57,6 +65,8 @@ pub fn npu_backing(id: i32, runtime_lib: Option<&str>) -> Result<NpuBacking> {
         reservations: 0,
         reserved: 0,
         total,
+        #[cfg(unix)]
+        ranges: None,
     }))
 }
 
@@ -120,6 +130,10 @@ impl<D: Device> DeviceBacking<D> {
     }
 
     fn fill_region(&mut self, addr: usize, len: usize, byte: u8) -> Result<()> {
+        #[cfg(unix)]
+        if let Some(r) = self.ranges.as_ref().filter(|r| r.holds(addr)) {
+            return r.fill(addr, len, byte);
+        }
         const CHUNK: usize = 4096;
         let chunk = [byte; CHUNK];
         let (slab, offset) = self.slab_at(addr, len)?;
@@ -133,6 +147,10 @@ impl<D: Device> DeviceBacking<D> {
     }
 
     fn read_region(&mut self, addr: usize, dst: &mut [u8]) -> Result<()> {
+        #[cfg(unix)]
+        if let Some(r) = self.ranges.as_ref().filter(|r| r.holds(addr)) {
+            return r.read(addr, dst);
+        }
         let (slab, offset) = self.slab_at(addr, dst.len())?;
         self.device.read(slab, offset, dst)?;
         Ok(())
@@ -172,6 +190,59 @@ where
     }
     fn device(&self) -> i32 {
         -1
+    }
+    #[cfg(unix)]
+    fn map_granularity(&self) -> Option<usize> {
+        self.ranges.as_ref().map(|_| super::host_range::page_size())
+    }
+    #[cfg(unix)]
+    fn reserve_address(&mut self, bytes: usize) -> Result<usize> {
+        match self.ranges.as_mut() {
+            Some(r) => r.reserve(bytes),
+            None => Err(super::no_ranges(
+                self.device.name(),
+                "reserve_address",
+                bytes,
+            )),
+        }
+    }
+    #[cfg(unix)]
+    fn map(&mut self, addr: usize, len: usize) -> Result<()> {
+        // The host device's limit (tests' small devices) counts mapped
+        // pages as it counts regions.
+        let mapped = self.ranges.as_ref().map_or(0, HostRanges::mapped_bytes);
+        if let Some(free) = self.device.free_memory().ok().flatten()
+            && mapped.saturating_add(len) > free
+        {
+            return Err(Error::Backing {
+                backend: self.device.name().to_owned(),
+                reason: format!(
+                    "map of {len} bytes with {mapped} mapped: past the {free} bytes the device has left"
+                ),
+            });
+        }
+        match self.ranges.as_mut() {
+            Some(r) => r.map(addr, len)?,
+            None => return Err(super::no_ranges(self.device.name(), "map", len)),
+        }
+        self.reserved += len as u64;
+        self.reservations += 1;
+        Ok(())
+    }
+    #[cfg(unix)]
+    fn unmap(&mut self, addr: usize, len: usize) -> Result<()> {
+        match self.ranges.as_mut() {
+            Some(r) => r.unmap(addr, len)?,
+            None => return Err(super::no_ranges(self.device.name(), "unmap", len)),
+        }
+        self.reserved -= len as u64;
+        Ok(())
+    }
+    #[cfg(unix)]
+    fn release_address(&mut self, base: usize) {
+        if let Some(mapped) = self.ranges.as_mut().and_then(|r| r.release(base)) {
+            self.reserved -= mapped as u64;
+        }
     }
 }
 

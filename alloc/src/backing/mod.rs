@@ -4,7 +4,7 @@
 //! goes through [`Backing::fill`] and [`Backing::read`]).
 
 use crate::config::{Backend, Config};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 mod capped;
 // The CUDA runtime's functions, dlopen'd, are called through raw pointers.
@@ -13,6 +13,10 @@ mod cuda;
 // The Ascend device handle is made `Send`: one owner, behind the mutex.
 #[allow(unsafe_code)]
 mod device;
+// mmap / mprotect / madvise on the host's own address space.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+mod host_range;
 
 pub use capped::Capped;
 pub use cuda::CudaBacking;
@@ -65,6 +69,53 @@ pub trait Backing: Send {
     fn set_reserve_cap(&mut self, cap: u64) -> bool {
         let _ = cap;
         false
+    }
+
+    // ---- Mapped ranges: address space reserved once, physical memory
+    // mapped into it and unmapped page by page (CUDA's driver VMM,
+    // `cuMemAddressReserve` / `cuMemCreate` / `cuMemMap`; Ascend's
+    // `aclrtReserveMemAddress` / `aclrtMallocPhysical` / `aclrtMapMem`; the
+    // host's `PROT_NONE` reservation committed in pages). A range's mapped
+    // bytes are its reserved bytes: [`Backing::reserved_bytes`] counts them.
+
+    /// The unit of [`Backing::map`] and [`Backing::unmap`] (offsets and
+    /// lengths are multiples of it), or `None` for a backing without a
+    /// virtual-memory API: the policy then uses whole regions only.
+    fn map_granularity(&self) -> Option<usize> {
+        None
+    }
+    /// Reserves `bytes` of address space (a multiple of the granularity)
+    /// with nothing mapped and returns its base.
+    fn reserve_address(&mut self, bytes: usize) -> Result<usize> {
+        Err(no_ranges(&self.name(), "reserve_address", bytes))
+    }
+    /// Backs `[addr, addr + len)`, inside one reserved range and unmapped
+    /// now, with physical memory readable and writable by the device.
+    fn map(&mut self, addr: usize, len: usize) -> Result<()> {
+        let _ = addr;
+        Err(no_ranges(&self.name(), "map", len))
+    }
+    /// Gives the physical memory behind `[addr, addr + len)` (mapped now,
+    /// inside one range) back to the device; the addresses stay reserved.
+    fn unmap(&mut self, addr: usize, len: usize) -> Result<()> {
+        let _ = addr;
+        Err(no_ranges(&self.name(), "unmap", len))
+    }
+    /// Gives a reserved range back (what is still mapped in it is unmapped
+    /// first). An address [`Backing::reserve_address`] did not give is
+    /// ignored.
+    fn release_address(&mut self, base: usize) {
+        let _ = base;
+    }
+}
+
+/// The error of a range call on a backing without mapped ranges.
+pub(crate) fn no_ranges(backend: &str, call: &str, bytes: usize) -> Error {
+    Error::Backing {
+        backend: backend.to_owned(),
+        reason: format!(
+            "{call} of {bytes} bytes: this backing has no mapped ranges (map_granularity is None)"
+        ),
     }
 }
 
