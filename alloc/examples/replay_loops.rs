@@ -27,11 +27,16 @@ fn main() {
     };
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     println!(
-        "| loop | steps | planned MiB | caching MiB | expandable MiB | planned/caching | planned/expandable | served | re-plans | fallback max/step | slab/LB | peak live MiB | planning wait ms |"
+        "| loop | steps | planned MiB | lower bound MiB | planned/LB | caching/LB | planned/caching | planned/expandable | served | re-plans | device calls | steady max | caching model allocations | slab/plan LB | planning wait ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut logs = (0.0f64, 0.0f64, 0usize);
+    let mut lb_logs = (0.0f64, 0.0f64);
+    let only = std::env::var("TA_LOOP").ok();
     for (name, events) in loops::all() {
+        if only.as_ref().is_some_and(|o| *o != name) {
+            continue;
+        }
         let config = ReplayConfig {
             policy: policy.clone(),
             capacity: None,
@@ -53,24 +58,32 @@ fn main() {
             p.peak_reserved_bytes as f64 / e.max(1) as f64,
         );
         logs = (logs.0 + rc.ln(), logs.1 + re.ln(), logs.2 + 1);
+        let lb = p.live_lower_bound_bytes.max(1) as f64;
+        let (pl, cl) = (p.peak_reserved_bytes as f64 / lb, c as f64 / lb);
+        lb_logs = (lb_logs.0 + pl.ln(), lb_logs.1 + cl.ln());
         println!(
-            "| {name} | {} | {:.2} | {:.2} | {:.2} | {rc:.3} | {re:.3} | {:.2}% | {} | {} | {:.3} | {:.2} | {:.1} |",
+            "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} |",
             p.steps,
             mib(p.peak_reserved_bytes),
-            mib(c),
-            mib(e),
-            100.0 * p.served_share,
+            mib(p.live_lower_bound_bytes),
+            p.served_share.map_or_else(
+                || "none served".to_owned(),
+                |x| format!("{:.2}%", 100.0 * x)
+            ),
             p.replans,
-            p.fallback_allocations_max_step,
+            p.backing_calls.memory(),
+            s.backing_calls_max_steady_step,
+            s.caching_model.device_allocations,
             s.slab_ratio,
-            mib(s.peak_live_bytes),
             1000.0 * s.planning_wait_seconds_max,
         );
     }
     if logs.2 > 0 {
         let n = logs.2 as f64;
         println!(
-            "\ngeometric mean: planned/caching {:.3}, planned/expandable {:.3} over {} loops",
+            "\ngeometric mean: planned/LB {:.3} (caching model/LB {:.3}), planned/caching {:.3}, planned/expandable {:.3} over {} loops",
+            (lb_logs.0 / n).exp(),
+            (lb_logs.1 / n).exp(),
             (logs.0 / n).exp(),
             (logs.1 / n).exp(),
             logs.2

@@ -14,9 +14,9 @@ use crate::config::{Config, Platform};
 use crate::error::{Error, Result};
 use crate::exact::ExactPool;
 use crate::fallback::Fallback;
-use crate::metered::Metered;
+use crate::metered::{BackingCalls, Metered};
 use crate::record::{FreedAt, Life, Origin, Records, StepRecord};
-use crate::site_plan::{self, GUARD};
+use crate::site_plan::{self, GRANULE, GUARD};
 use crate::slab::{PlannedSlab, Refusal};
 use crate::stats::{ErrorCounts, Misses, PlanWindow, Stats, fragmentation};
 use crate::trace::TraceLog;
@@ -49,6 +49,19 @@ const MAX_PLAN_STEPS: usize = 8;
 /// The largest re-plan back-off: at most this many consecutive missing
 /// steps are waited for before re-planning again.
 const MAX_REPLAN_WAIT: u32 = 64;
+
+/// Address space a mapped range reserves when neither the configuration
+/// nor the device says how much: 1 TiB (address space only).
+const DEFAULT_RANGE_BYTES: usize = 1 << 40;
+
+/// The most runs of idle pages one trim unmaps (device calls).
+const TRIM_CALLS: usize = 16;
+
+/// A mapped range grows by at least this much at once (device calls).
+const SPACE_CHUNK: usize = 1 << 20;
+
+/// Idle runs shorter than this stay mapped when the range is trimmed.
+const TRIM_MIN: usize = 64 << 10;
 
 /// Where the allocator is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +115,7 @@ enum Kind {
 /// let s = a.stats();
 /// assert_eq!(s.phase, "serving");
 /// assert_eq!(s.served_from_plan, s.requests_after_warmup);
-/// assert_eq!(s.served_share, 1.0);
+/// assert_eq!(s.served_share, Some(1.0));
 /// # Ok::<(), tensor_arena_alloc::Error>(())
 /// ```
 pub struct PlannedAllocator {
@@ -188,7 +201,37 @@ struct Counters {
     plan_peak_reserved: u64,
     reservations_at_step_start: u64,
     reservations_last_step: u64,
+    /// Live bytes with each request rounded as the backing rounds it
+    /// (512 B), and their whole-run peak: the live lower bound.
+    live_rounded: u64,
+    peak_live_rounded: u64,
+    /// Backing calls at this step's start, in the last step, and the most
+    /// in one steady serving step (neither a plan's first step nor one that
+    /// installed a plan).
+    calls_at_step_start: BackingCalls,
+    calls_last_step: u64,
+    calls_max_steady_step: u64,
+    steady_steps_with_calls: u64,
+    /// A plan was installed or its region reserved during this step.
+    plan_moved_this_step: bool,
     errors: ErrorCounts,
+}
+
+impl Counters {
+    fn live_add(&mut self, size: u64) {
+        self.live_bytes += size;
+        self.peak_live = self.peak_live.max(self.live_bytes);
+        self.plan_peak_live = self.plan_peak_live.max(self.live_bytes);
+        self.live_rounded += size.next_multiple_of(GRANULE);
+        self.peak_live_rounded = self.peak_live_rounded.max(self.live_rounded);
+    }
+
+    fn live_sub(&mut self, size: u64) {
+        self.live_bytes -= size;
+        self.live_rounded = self
+            .live_rounded
+            .saturating_sub(size.next_multiple_of(GRANULE));
+    }
 }
 
 impl PlannedAllocator {
@@ -205,8 +248,30 @@ impl PlannedAllocator {
         Ok(a)
     }
 
+    /// The backing metered, its regions taken from one mapped range when
+    /// the configuration and the backing allow it.
+    fn metered(config: &Config, backing: Box<dyn Backing>) -> Metered {
+        let mut m = Metered::new(backing);
+        m.set_space_chunks(SPACE_CHUNK, TRIM_MIN);
+        if config.mapped_range {
+            let bytes = config
+                .range_bytes
+                .map(|b| b as usize)
+                .or_else(|| m.total_memory())
+                .unwrap_or(DEFAULT_RANGE_BYTES);
+            m.use_space(bytes);
+        }
+        m
+    }
+
+    /// Whether regions come from one mapped range (no device call each).
+    fn ranged(&self) -> bool {
+        self.backing.space().is_some()
+    }
+
     /// Starts over a backing of the caller's (tests, benchmarks).
     pub fn with_backing(config: Config, backing: Box<dyn Backing>) -> PlannedAllocator {
+        let backing = Self::metered(&config, backing);
         let platform = config.platform();
         let checked = config.checked();
         let keep = (config
@@ -236,7 +301,7 @@ impl PlannedAllocator {
             config,
             platform,
             checked,
-            backing: Metered::new(backing),
+            backing,
             step: 0,
             in_step: false,
             clock: 0,
@@ -367,7 +432,7 @@ impl PlannedAllocator {
                     // No gap: an exact region (a miss storm in a step of a
                     // new kind must not leave pool segments reserved),
                     // within the step's budget of device calls.
-                    (self.exact_this_step < EXACT_PER_STEP).then_some(())?;
+                    (self.ranged() || self.exact_this_step < EXACT_PER_STEP).then_some(())?;
                     self.exact_this_step += 1;
                     let got = self.exact.malloc(&mut self.backing, size64, stream, origin);
                     if got.is_some() {
@@ -378,7 +443,7 @@ impl PlannedAllocator {
                 // By design elsewhere (kept past the step, another stream):
                 // exact regions too, which hold only their own bytes, not a
                 // 2 MiB segment of the pool.
-                Err(false) if self.exact_this_step < EXACT_PER_STEP => {
+                Err(false) if self.ranged() || self.exact_this_step < EXACT_PER_STEP => {
                     self.exact_this_step += 1;
                     let got = self.exact.malloc(&mut self.backing, size64, stream, origin);
                     if got.is_some() {
@@ -392,9 +457,7 @@ impl PlannedAllocator {
                 self.comparison.alloc(addr, size64, stream);
                 // The slab is reserved already: only the live bytes move.
                 let c = &mut self.counters;
-                c.live_bytes += size64;
-                c.peak_live = c.peak_live.max(c.live_bytes);
-                c.plan_peak_live = c.plan_peak_live.max(c.live_bytes);
+                c.live_add(size64);
                 return Some(addr);
             }
         } else if serving {
@@ -406,17 +469,20 @@ impl PlannedAllocator {
         // step's end, and goes back whole before the slab is reserved.
         let carried = self.phase == Phase::Recording
             && self.in_step
-            && self.config.exact_before_plan
+            && (self.config.exact_before_plan || self.ranged())
             && self.previous_outlived(origin.k);
+        let ranged = self.ranged();
         let backing = &mut self.backing;
         // Before the first plan, what may live on (weights, optimizer
         // state, data) gets exact regions; the recorded steps' temporaries a
         // scratch pool that goes back once the slab serves them.
         let got = match (self.phase, self.in_step) {
-            (Phase::Recording, true) if carried || self.config.exact_before_plan => {
+            (Phase::Recording, true) if carried || self.config.exact_before_plan || ranged => {
                 self.exact.malloc(backing, size64, stream, origin)
             }
-            (Phase::Warmup, _) | (Phase::Recording, false) if self.config.exact_before_plan => {
+            (Phase::Warmup, _) | (Phase::Recording, false)
+                if self.config.exact_before_plan || ranged =>
+            {
                 self.exact.malloc(backing, size64, stream, origin)
             }
             (Phase::Warmup, true) => self.scratch.malloc(backing, size64, stream, origin),
@@ -424,6 +490,9 @@ impl PlannedAllocator {
                 self.fallback.malloc(backing, size64, stream, origin)
             }
             (Phase::Recording, true) => self.scratch.malloc(backing, size64, stream, origin),
+            // In one mapped range a region costs no device call and holds
+            // only its own bytes: no caching pool is needed.
+            (Phase::Serving, _) if ranged => self.exact.malloc(backing, size64, stream, origin),
             (Phase::Serving, _) => self.fallback.malloc(backing, size64, stream, origin),
         };
         match got {
@@ -499,7 +568,7 @@ impl PlannedAllocator {
                 let slot = Some(block.slot);
                 self.records.freed(block.origin, at);
                 self.note_freed(block.origin, block.size);
-                self.counters.live_bytes -= block.size;
+                self.counters.live_sub(block.size);
                 self.stats_planned_free(block.slot, block.size);
                 if let (true, Some(slot)) = (checked, slot) {
                     self.check_and_poison(addr, block.size, slot);
@@ -519,7 +588,7 @@ impl PlannedAllocator {
                     let slot = Some(block.slot);
                     self.records.freed(block.origin, at);
                     self.note_freed(block.origin, block.size);
-                    self.counters.live_bytes -= block.size;
+                    self.counters.live_sub(block.size);
                     self.stats_planned_free(block.slot, block.size);
                     if let (true, Some(slot)) = (checked, slot) {
                         self.check_and_poison(addr, block.size, slot);
@@ -552,7 +621,7 @@ impl PlannedAllocator {
                     self.records.freed(origin, at);
                     self.note_freed(origin, size);
                 }
-                self.counters.live_bytes -= size;
+                self.counters.live_sub(size);
                 self.stats_pool_sync(size);
             }
             None if self.fallback.owns_region_of(addr)
@@ -583,6 +652,18 @@ impl PlannedAllocator {
             t.step_begin();
         }
         self.step += 1;
+        if std::env::var_os("TA_DEBUG_PEAK").is_some() {
+            eprintln!(
+                "STEP {} phase {:?} live {} reserved {} slab {:?}",
+                self.step,
+                self.phase,
+                self.counters.live_bytes,
+                self.backing.current(),
+                self.slab
+                    .as_ref()
+                    .map(|s| (s.region_bytes, s.plan.slab_bytes))
+            );
+        }
         self.in_step = true;
         self.clock = 0;
         self.live_prev_bytes = self.live_this_bytes;
@@ -596,6 +677,8 @@ impl PlannedAllocator {
         self.counters.fallback_this_step = 0;
         self.counters.misses_at_step_start = self.counters.misses.curable();
         self.counters.reservations_at_step_start = self.backing.reservations();
+        self.counters.calls_at_step_start = self.backing.calls();
+        self.counters.plan_moved_this_step = false;
         self.at_step_begin();
         Ok(())
     }
@@ -703,7 +786,24 @@ impl PlannedAllocator {
             }
         }
         self.at_step_end();
+        self.count_step_calls();
         Ok(())
+    }
+
+    /// Device calls of the step that ends: the last step's, and the most in
+    /// one steady serving step (the plan serving since before this step,
+    /// its region in place).
+    fn count_step_calls(&mut self) {
+        let c = &mut self.counters;
+        let calls = self.backing.calls().since(&c.calls_at_step_start).memory();
+        c.calls_last_step = calls;
+        let steady = self.phase == Phase::Serving
+            && !c.plan_moved_this_step
+            && self.step > self.restart_peaks_at;
+        if steady {
+            c.calls_max_steady_step = c.calls_max_steady_step.max(calls);
+            c.steady_steps_with_calls += u64::from(calls > 0);
+        }
     }
 
     /// Drops plans, slabs and the fallback's cache. Returns the live blocks
@@ -765,11 +865,8 @@ impl PlannedAllocator {
             served_from_plan: c.served,
             served_in_slab_gaps: c.served_in_gaps,
             planning_wait_seconds_max: self.planning_wait_max,
-            served_share: if c.requests_serving == 0 {
-                1.0
-            } else {
-                c.served as f64 / c.requests_serving as f64
-            },
+            served_share: (c.requests_serving > 0)
+                .then(|| c.served as f64 / c.requests_serving as f64),
             fallback_allocations_last_step: c.fallback_last_step,
             fallback_allocations_max_step: c.fallback_max_step,
             misses: c.misses,
@@ -800,6 +897,18 @@ impl PlannedAllocator {
             }),
             backing_reservations: self.backing.reservations(),
             backing_reservations_last_step: c.reservations_last_step,
+            lower_bound_bytes: c.peak_live_rounded,
+            lower_bound_ratio: (c.peak_live_rounded > 0)
+                .then(|| self.backing.peak() as f64 / c.peak_live_rounded as f64),
+            backing_calls: self.backing.calls(),
+            backing_calls_last_step: c.calls_last_step,
+            backing_calls_max_steady_step: c.calls_max_steady_step,
+            steady_steps_with_backing_calls: c.steady_steps_with_calls,
+            map_granularity: self.backing.space().map(|s| s.page() as u64),
+            device_call_seconds_estimate: crate::cost::estimate(
+                self.platform,
+                &self.backing.calls(),
+            ),
             caching_model: models[0],
             expandable_model: models[1],
             errors: c.errors,
@@ -1010,8 +1119,9 @@ impl PlannedAllocator {
     /// Reserves a region for `plan` and serves it from there; `None` (the
     /// fallback serves) when the backing refuses.
     fn reserve_slab(&mut self, plan: site_plan::SitePlan) -> Option<PlannedSlab> {
+        self.counters.plan_moved_this_step = true;
         let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
-        match self.backing.reserve(bytes) {
+        match self.backing.reserve_low(bytes) {
             Ok(base) => {
                 if self.checked {
                     let _ = self.backing.fill(base, bytes, POISON_BYTE);
@@ -1046,6 +1156,7 @@ impl PlannedAllocator {
     /// Reserves the slab for `plan` (or reuses the region the serving plan
     /// holds) and serves from the next step on.
     fn install(&mut self, plan: site_plan::SitePlan, steps: Vec<StepRecord>) {
+        self.counters.plan_moved_this_step = true;
         // A re-plan that lands on the plan it replaces keeps the slab: its
         // live blocks stay valid, nothing is reserved.
         if self
@@ -1085,7 +1196,7 @@ impl PlannedAllocator {
                 }
                 let start = PlannedSlab::growth_start(&plan, &old);
                 let extra = bytes - start as usize;
-                match self.backing.reserve(extra) {
+                match self.backing.reserve_low(extra) {
                     Ok(base) => {
                         if self.checked {
                             let _ = self.backing.fill(base, extra, POISON_BYTE);
@@ -1117,6 +1228,10 @@ impl PlannedAllocator {
     /// What every installed plan does: its steps become the basis, the
     /// allocator serves, the peaks of the plan's window restart.
     fn finish_install(&mut self, steps: Vec<StepRecord>) {
+        // A new plan: the pages the old one's misses and the recorded
+        // steps' temporaries left idle go back (a bounded number of calls,
+        // in a step that is not steady anyway).
+        self.backing.trim(TRIM_CALLS);
         self.basis = steps;
         self.basis_stale = true;
         self.phase = Phase::Serving;
@@ -1174,9 +1289,7 @@ impl PlannedAllocator {
     fn add_live(&mut self, size: u64) {
         let reserved = self.backing.current();
         let c = &mut self.counters;
-        c.live_bytes += size;
-        c.peak_live = c.peak_live.max(c.live_bytes);
-        c.plan_peak_live = c.plan_peak_live.max(c.live_bytes);
+        c.live_add(size);
         c.plan_peak_reserved = c.plan_peak_reserved.max(reserved);
     }
 

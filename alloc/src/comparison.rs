@@ -193,12 +193,15 @@ impl Model {
     }
 
     fn figures(&self) -> ModelFigures {
-        let reserved = self.model.stats().reserved_bytes.peak;
+        let stats = self.model.stats();
+        let reserved = stats.reserved_bytes.peak;
         ModelFigures {
             peak_reserved_bytes: reserved,
             peak_live_bytes: self.peak_live,
             fragmentation: fragmentation(self.peak_live, reserved),
             platform: self.platform,
+            device_allocations: stats.num_device_alloc,
+            device_frees: stats.num_device_free,
         }
     }
 }

@@ -129,6 +129,24 @@ pub struct Config {
     /// The ACL runtime library to load (the simulated runtime of the tests
     /// is asked for by its path here), instead of the CANN search.
     pub npu_runtime_lib: Option<String>,
+    /// Take every region from one reserved address range whose pages are
+    /// mapped as they are needed and unmapped when idle (CUDA's driver
+    /// VMM, Ascend's `aclrtReserveMemAddress` / `aclrtMapMem`, host pages
+    /// under a `PROT_NONE` reservation), so that a region costs no device
+    /// call, the slab grows in place, and the memory held is the pages in
+    /// use. On by default where the backing has mapped ranges; off: a
+    /// device region per region, as before.
+    pub mapped_range: bool,
+    /// Bytes of address space the range reserves (no memory: address
+    /// space only); when absent, the device's capacity (the host's memory
+    /// for the CPU backend), else 1 TiB.
+    pub range_bytes: Option<u64>,
+    /// A replay's mapping unit (bytes): `tensor-arena replay --planned`
+    /// predicts a device whose pages are this large (CUDA's and Ascend's
+    /// are 2 MiB: 2097152); when absent, the host's page (what the CPU
+    /// backend maps), 0 for no mapped ranges. Live runs use their
+    /// backing's own unit and ignore it.
+    pub map_granularity: Option<u64>,
 }
 
 impl Default for Config {
@@ -149,6 +167,9 @@ impl Default for Config {
             trace: None,
             cuda_runtime_lib: None,
             npu_runtime_lib: None,
+            mapped_range: true,
+            range_bytes: None,
+            map_granularity: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use crate::backing::Backing;
+use crate::metered::Metered;
 use crate::record::Origin;
 use crate::site_plan::GRANULE;
 
@@ -31,14 +32,32 @@ impl ExactPool {
     /// Reserves a region for `size` bytes.
     pub fn malloc(
         &mut self,
-        backing: &mut dyn Backing,
+        backing: &mut Metered,
         size: u64,
         stream: u32,
         origin: Origin,
     ) -> Option<usize> {
+        self.malloc_at(backing, size, stream, origin, false)
+    }
+
+    /// Reserves a region for `size` bytes; with `low`, at the low end of a
+    /// mapped range (where the slab goes: a recorded step's temporary,
+    /// whose pages the slab takes over), else at the high end.
+    pub fn malloc_at(
+        &mut self,
+        backing: &mut Metered,
+        size: u64,
+        stream: u32,
+        origin: Origin,
+        low: bool,
+    ) -> Option<usize> {
         let asked = size.div_ceil(GRANULE).saturating_mul(GRANULE);
         let before = backing.reserved_bytes();
-        let addr = backing.reserve(asked as usize).ok()?;
+        let addr = if low {
+            backing.reserve_low_keep(asked as usize).ok()?
+        } else {
+            backing.reserve(asked as usize).ok()?
+        };
         // What the device really set aside (the host rounds large regions
         // to 2 MiB pages).
         let bytes = (backing.reserved_bytes() - before).max(asked);

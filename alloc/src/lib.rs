@@ -43,6 +43,7 @@ mod allocator;
 pub mod backing;
 mod comparison;
 mod config;
+pub mod cost;
 pub mod device_stats;
 mod error;
 mod exact;
@@ -58,6 +59,7 @@ pub mod replay;
 pub mod report;
 mod site_plan;
 mod slab;
+pub mod space;
 mod stats;
 pub mod trace;
 

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::backing::Backing;
 use crate::error::Result;
+use crate::space::{End, Space};
 use crate::trace::TraceLog;
 
 /// A backing with its regions counted.
@@ -25,6 +26,14 @@ pub struct Metered {
     /// mapped now).
     ranges: BTreeMap<usize, (u64, u64)>,
     calls: BackingCalls,
+    /// The one range every region is taken from, when the backing has
+    /// mapped ranges and the policy uses them ([`Metered::use_space`]).
+    space: Option<Space>,
+    /// Map at least this many bytes when the range's mapped pages must
+    /// grow for a region (0: only the pages it needs).
+    chunk: usize,
+    /// Idle runs shorter than this are not worth an unmap call.
+    trim_min: usize,
 }
 
 /// Calls made to the backing, by kind: each one a device call on a GPU or
@@ -97,7 +106,153 @@ impl Metered {
             trace: None,
             ranges: BTreeMap::new(),
             calls: BackingCalls::default(),
+            space: None,
+            chunk: 0,
+            trim_min: 0,
         }
+    }
+
+    /// Maps the range in chunks of at least `chunk` bytes (rounded to
+    /// pages) when it grows, and leaves idle runs shorter than `trim_min`
+    /// mapped when trimming: fewer device calls for a little memory.
+    pub fn set_space_chunks(&mut self, chunk: usize, trim_min: usize) {
+        self.chunk = chunk;
+        self.trim_min = trim_min;
+    }
+
+    /// Takes every region from one range of `bytes` of address space
+    /// (rounded up to the backing's granularity) from now on; `false`,
+    /// and regions as before, when the backing has no mapped ranges or
+    /// refuses the range.
+    pub fn use_space(&mut self, bytes: usize) -> bool {
+        let Some(page) = self.inner.map_granularity() else {
+            return false;
+        };
+        let page = page.next_multiple_of(crate::space::REGION_ALIGN);
+        let Some(bytes) = bytes.max(page).checked_next_multiple_of(page) else {
+            return false;
+        };
+        match self.reserve_address(bytes) {
+            Ok(base) => {
+                self.space = Some(Space::new(base, bytes, page));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A region of `bytes` from the low end of the range, as a slab's, but
+    /// leaving idle pages mapped (a temporary of a recorded step: the slab
+    /// takes its pages over later).
+    pub fn reserve_low_keep(&mut self, bytes: usize) -> Result<usize> {
+        if self.space.is_none() {
+            return self.reserve(bytes);
+        }
+        self.reserve_in_space(bytes, End::Low, false)
+    }
+
+    /// The range's layout, if regions come from one.
+    pub fn space(&self) -> Option<&Space> {
+        self.space.as_ref()
+    }
+
+    /// A region of `bytes` from the low end of the range (the slab's end),
+    /// unmapping first every idle page outside it (so the pages it maps are
+    /// never held beside pages nobody uses); a plain region without a
+    /// range.
+    pub fn reserve_low(&mut self, bytes: usize) -> Result<usize> {
+        if self.space.is_none() {
+            return self.reserve(bytes);
+        }
+        self.reserve_in_space(bytes, End::Low, true)
+    }
+
+    /// Unmaps the range's idle pages (no live region touches them), the
+    /// largest runs first, at most `max_calls` runs; the bytes unmapped.
+    pub fn trim(&mut self, max_calls: usize) -> usize {
+        let Some(space) = &self.space else {
+            return 0;
+        };
+        let mut runs = space.trimmable(None);
+        runs.retain(|&(_, l)| l >= self.trim_min);
+        self.unmap_runs(&runs[..runs.len().min(max_calls)])
+    }
+
+    /// Bytes mapped in the range that no live region touches.
+    pub fn idle_mapped_bytes(&self) -> usize {
+        self.space.as_ref().map_or(0, Space::idle_mapped_bytes)
+    }
+
+    fn unmap_runs(&mut self, runs: &[(usize, usize)]) -> usize {
+        let mut done = 0;
+        for &(off, len) in runs {
+            let Some(base) = self.space.as_ref().map(Space::base) else {
+                break;
+            };
+            if self.unmap(base + off, len).is_ok() {
+                if let Some(s) = self.space.as_mut() {
+                    s.note_unmapped(off, len);
+                }
+                done += len;
+            }
+        }
+        done
+    }
+
+    fn reserve_in_space(&mut self, bytes: usize, end: End, trim_first: bool) -> Result<usize> {
+        let Some(space) = self.space.as_ref() else {
+            return self.reserve(bytes);
+        };
+        let Some(off) = space.place(bytes, end) else {
+            // The range is full: a region of its own.
+            return self.reserve_region(bytes);
+        };
+        if trim_first {
+            let mut runs = space.trimmable(Some((off, bytes)));
+            runs.retain(|&(_, l)| l >= self.trim_min);
+            self.unmap_runs(&runs);
+        }
+        let base = self.space.as_ref().map_or(0, Space::base);
+        // The slab maps what it needs; other regions map in chunks that
+        // grow with the range (an eighth of what is mapped, at least
+        // `chunk / 4`, at most 32 chunks), so the calls grow with the
+        // logarithm of the memory and the pages mapped ahead stay a small
+        // share of it.
+        let chunk = if trim_first {
+            0
+        } else {
+            let mapped = self.space.as_ref().map_or(0, Space::mapped_bytes);
+            (mapped / 8).clamp(self.chunk / 4, self.chunk.saturating_mul(32))
+        };
+        let runs = self
+            .space
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.runs_to_map(off, bytes, end, chunk));
+
+        for (ro, rl) in runs {
+            self.map(base + ro, rl)?;
+            if let Some(s) = self.space.as_mut() {
+                s.note_mapped(ro, rl);
+            }
+        }
+        self.space
+            .as_mut()
+            .and_then(|s| s.take(off, bytes))
+            .ok_or_else(|| crate::error::Error::Backing {
+                backend: self.inner.name(),
+                reason: format!("{bytes} bytes at offset {off} of the range: not free"),
+            })
+    }
+
+    fn reserve_region(&mut self, bytes: usize) -> Result<usize> {
+        let addr = self.inner.reserve(bytes)?;
+        self.calls.reserve += 1;
+        self.regions.insert(addr, bytes as u64);
+        self.add(bytes as u64);
+        if let Some(t) = &self.trace {
+            t.segment("segment_alloc", addr, bytes);
+        }
+        Ok(addr)
     }
 
     /// The calls made to the backing so far.
@@ -107,6 +262,16 @@ impl Metered {
 
     fn add(&mut self, bytes: u64) {
         self.current += bytes;
+        if self.current > self.peak && std::env::var_os("TA_DEBUG_PEAK").is_some() {
+            let (idle, regions) = self
+                .space
+                .as_ref()
+                .map_or((0, 0), |s| (s.idle_mapped_bytes(), s.live_regions()));
+            eprintln!(
+                "PEAK {} (+{bytes}) idle_mapped {idle} live_regions {regions} map {} unmap {}",
+                self.current, self.calls.map, self.calls.unmap
+            );
+        }
         self.peak = self.peak.max(self.current);
     }
 
@@ -158,17 +323,20 @@ impl Backing for Metered {
     }
 
     fn reserve(&mut self, bytes: usize) -> Result<usize> {
-        let addr = self.inner.reserve(bytes)?;
-        self.calls.reserve += 1;
-        self.regions.insert(addr, bytes as u64);
-        self.add(bytes as u64);
-        if let Some(t) = &self.trace {
-            t.segment("segment_alloc", addr, bytes);
+        if self.space.is_some() {
+            return self.reserve_in_space(bytes, End::High, false);
         }
-        Ok(addr)
+        self.reserve_region(bytes)
     }
 
     fn release(&mut self, addr: usize) {
+        // A region of the range: free again, its pages stay mapped until
+        // the policy trims them.
+        if let Some(s) = self.space.as_mut()
+            && s.give_back(addr).is_some()
+        {
+            return;
+        }
         if let Some(bytes) = self.regions.remove(&addr) {
             self.current -= bytes;
             self.calls.release += 1;

@@ -17,7 +17,7 @@
 //!     text += "step_begin,0,0,0\nalloc,4096,1000,0\nalloc,8192,300,0\nfree,4096,1000,0\nfree,8192,300,0\nstep_end,0,0,0\n";
 //! }
 //! let p = replay::replay(&trace::parse(&text)?, &ReplayConfig::default())?;
-//! assert_eq!((p.steps, p.replans, p.served_share), (6, 0, 1.0));
+//! assert_eq!((p.steps, p.replans, p.served_share), (6, 0, Some(1.0)));
 //! assert_eq!(p.slab_bytes, 1536); // 1024 + 512: both blocks live at once
 //! assert_eq!(p.fits, None); // no capacity given
 //! # Ok::<(), tensor_arena_alloc::Error>(())
@@ -291,8 +291,14 @@ pub struct Prediction {
     /// The most bytes reserved at once over the whole run (warm-up,
     /// recording, every re-plan), from the backing.
     pub peak_reserved_bytes: u64,
-    /// Share of in-step requests of serving steps served from the plan.
-    pub served_share: f64,
+    /// Share of in-step requests of serving steps served from the plan
+    /// (`None`: no serving step made a request).
+    pub served_share: Option<f64>,
+    /// The live lower bound: the most bytes live at once over the whole
+    /// run, each request rounded to 512 bytes.
+    pub live_lower_bound_bytes: u64,
+    /// Backing calls over the whole run, by kind.
+    pub backing_calls: crate::metered::BackingCalls,
     /// Plans made after the first.
     pub replans: u64,
     /// Steps replayed.
@@ -325,8 +331,20 @@ pub struct Prediction {
 /// Replays `events` through the policy over a [`NullBacking`] of
 /// `config.capacity`.
 pub fn replay(events: &[TraceEvent], config: &ReplayConfig) -> Result<Prediction> {
-    replay_on(events, config, Box::new(NullBacking::new(config.capacity)))
+    // The mapping unit of the device predicted: the policy's, else the
+    // host page the CPU backend maps (0: none, whole regions).
+    let granularity = match config.policy.map_granularity {
+        None => Some(HOST_PAGE),
+        Some(0) => None,
+        Some(g) => Some(g as usize),
+    };
+    let backing = NullBacking::new(config.capacity).with_map_granularity(granularity);
+    replay_on(events, config, Box::new(backing))
 }
+
+/// The host page a replay predicts by default (x86-64's, what the CPU
+/// backend maps there).
+pub const HOST_PAGE: usize = 4096;
 
 /// Replays `events` through the policy over `backing` (a real one: a live
 /// run, as the C ABI makes it). `config.capacity` only decides whether
@@ -357,6 +375,8 @@ pub fn replay_on(
     Ok(Prediction {
         peak_reserved_bytes: stats.peak_reserved_bytes,
         served_share: stats.served_share,
+        live_lower_bound_bytes: stats.lower_bound_bytes,
+        backing_calls: stats.backing_calls,
         replans: stats.replans,
         steps: stats.steps,
         slab_bytes: stats.slab_bytes,

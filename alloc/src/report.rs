@@ -28,7 +28,8 @@ pub fn text(s: &Stats, platform: &str) -> String {
         s.requests,
         s.requests_after_warmup,
         s.served_from_plan,
-        pct(s.served_share)
+        s.served_share
+            .map_or_else(|| "no request served yet".to_owned(), pct)
     );
     let m = &s.misses;
     let _ = writeln!(
@@ -81,6 +82,26 @@ pub fn text(s: &Stats, platform: &str) -> String {
             pct(e.fragmentation),
         );
     }
+    let calls = &s.backing_calls;
+    let _ = writeln!(
+        out,
+        "device calls over the whole run: {} ({} regions reserved, {} released, {} maps, {} unmaps, {} address ranges, {} event calls), {} in the last step, at most {} in a steady step ({} steady steps with any); estimated {:.3} ms on the device{}",
+        calls.memory(),
+        calls.reserve,
+        calls.release,
+        calls.map,
+        calls.unmap,
+        calls.reserve_address + calls.release_address,
+        calls.event_record + calls.event_query + calls.event_destroy,
+        s.backing_calls_last_step,
+        s.backing_calls_max_steady_step,
+        s.steady_steps_with_backing_calls,
+        1000.0 * s.device_call_seconds_estimate,
+        s.map_granularity.map_or_else(
+            || ", whole regions".to_owned(),
+            |g| format!(", one mapped range of {} pages", format_bytes(g))
+        ),
+    );
     let _ = writeln!(
         out,
         "backing reservations {} ({} in the last step); fallback allocations in the last serving step {} (most in one: {})",
@@ -120,10 +141,11 @@ pub fn text(s: &Stats, platform: &str) -> String {
 pub fn whole_run_line(s: &Stats) -> String {
     let mib = |b: u64| format!("{:.2}", b as f64 / (1u64 << 20) as f64);
     format!(
-        "whole run: peak reserved {} MiB planned vs {} MiB caching allocator model ({} MiB with expandable segments)",
+        "whole run: peak reserved {} MiB planned vs {} MiB caching allocator model ({} MiB with expandable segments), lower bound {} MiB",
         mib(s.peak_reserved_bytes),
         mib(s.caching_model.peak_reserved_bytes),
         mib(s.expandable_model.peak_reserved_bytes),
+        mib(s.lower_bound_bytes),
     )
 }
 

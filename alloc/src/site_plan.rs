@@ -13,6 +13,52 @@ use crate::record::{Life as RequestLife, StepRecord};
 /// alignment.
 pub const GRANULE: u64 = 512;
 
+/// The position at which cutting the step's circle of `n` positions makes
+/// the fewest planned bytes cross the cut (`0` on ties): each site `i`
+/// alive over `lives[i] = (a, b)` (`b` may pass `n`: into the next step),
+/// of `size(i)` bytes, crosses a cut at `c` when `a < c < b` on the circle.
+fn least_crossed_cut(n: usize, lives: &[(usize, usize)], size: impl Fn(usize) -> u64) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    // Difference array over cut positions 0..n.
+    let mut diff = vec![0i128; n + 1];
+    let mut add = |from: usize, to: usize, w: i128| {
+        if from < to {
+            diff[from] += w;
+            diff[to.min(n)] -= w;
+        }
+    };
+    for (i, &(a, b)) in lives.iter().enumerate() {
+        let w = i128::from(size(i));
+        if w == 0 || b <= a + 1 {
+            continue;
+        }
+        if b - a >= n {
+            // Longer than the step: crosses every cut.
+            add(0, n, w);
+            continue;
+        }
+        // Cuts strictly inside (a, b), taken mod n.
+        let (lo, hi) = (a + 1, b);
+        if hi <= n {
+            add(lo, hi, w);
+        } else {
+            add(lo.min(n), n, w);
+            add(0, hi - n, w);
+        }
+    }
+    let (mut best, mut best_at, mut run) = (i128::MAX, 0, 0i128);
+    for (c, d) in diff.iter().take(n).enumerate() {
+        run += d;
+        if run < best {
+            best = run;
+            best_at = c;
+        }
+    }
+    best_at
+}
+
 /// Plans of at most this many slots are validated after placement.
 const VALIDATE_MAX: usize = 50_000;
 
@@ -303,6 +349,10 @@ pub fn plan(
         known: bool,
         carried: bool,
         wraps: bool,
+        /// For a block freed in the next step after some of its requests:
+        /// the latest merged position of that free (`n` when the next
+        /// step was not recorded).
+        next_end: usize,
         doubled: bool,
     }
     let mut lives: Vec<Life> = (0..n)
@@ -328,6 +378,10 @@ pub fn plan(
                 RequestLife::NextStep(clock) => {
                     life.carried = true;
                     life.wraps |= clock > 0;
+                    if clock > 0 {
+                        let end = next.map_or(n, |t| at(t, clock));
+                        life.next_end = life.next_end.max(end);
+                    }
                     // Freed past the next step's own request at this site:
                     // two instances are alive at once.
                     life.doubled |= match next {
@@ -341,6 +395,33 @@ pub fn plan(
             }
         }
     }
+    // Each site's lifetime on the step's circle: from its position to its
+    // free, which for a block carried into the next step lies past `n`
+    // (`n + j` when the next step frees it at its position `j`).
+    let circular: Vec<(usize, usize)> = lives
+        .iter()
+        .enumerate()
+        .map(|(i, life)| match (life.carried, life.wraps) {
+            (true, true) => (i, n + life.next_end),
+            (true, false) => (i, n),
+            (false, _) => (i, life.upper.max(i + 1)),
+        })
+        .collect();
+    let planned_size = |i: usize| {
+        let (shape, life) = (&shapes[i], &lives[i]);
+        if shape.stream != stream || life.kept || !life.known {
+            0
+        } else {
+            slot_for(shape.max, pad, checked)
+        }
+    };
+    // The step is a circle: a block freed after the next step's first
+    // requests (gradients of a loop that makes its batch before
+    // `zero_grad`) lives across the boundary. Cut the circle where the
+    // fewest bytes cross it, so that such blocks get their own lifetime
+    // instead of the whole step; a block that crosses the cut still gets
+    // the whole step.
+    let cut = least_crossed_cut(n, &circular, planned_size);
     let mut intervals = Vec::with_capacity(n);
     let mut sites = Vec::with_capacity(n);
     for (i, (shape, life)) in shapes.iter().zip(&lives).enumerate() {
@@ -362,11 +443,16 @@ pub fn plan(
         } else {
             None
         };
-        // A block carried into the next step lives to the end of its own;
-        // one freed only after the next step's first requests is alive at
-        // both ends, so it gets the whole step.
-        let lower = if life.wraps { 0 } else { i };
-        let upper = if life.carried { n } else { life.upper };
+        // The lifetime in the frame that starts at the cut: whole when it
+        // crosses the cut (or is longer than a step: two instances).
+        let (a, b) = circular[i];
+        let start = (a + n - cut) % n;
+        let end = start + (b - a);
+        let (lower, upper) = if end > n || b - a >= n {
+            (0, n)
+        } else {
+            (start, end)
+        };
         let live = unplanned.is_none();
         let doubled = live && life.doubled;
         let interval = Interval {

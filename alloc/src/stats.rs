@@ -71,6 +71,12 @@ pub struct ModelFigures {
     pub fragmentation: f64,
     /// Which rules the model followed (`cuda` or `npu`).
     pub platform: &'static str,
+    /// Segments the model asked the device for over the whole run
+    /// (`cudaMalloc` / `aclrtMalloc` calls; with expandable segments, the
+    /// pages it mapped).
+    pub device_allocations: u64,
+    /// Segments it gave back (`cudaFree`, each a device synchronisation).
+    pub device_frees: u64,
 }
 
 /// Figures over the steady steps of the plan serving now.
@@ -109,8 +115,9 @@ pub struct Stats {
     /// plan (made there, or joined from the planner's thread), in seconds:
     /// a measured time, not a decision input.
     pub planning_wait_seconds_max: f64,
-    /// `served_from_plan / requests_after_warmup` (1 when there were none).
-    pub served_share: f64,
+    /// `served_from_plan / requests_after_warmup`; `None` (JSON `null`)
+    /// before a serving step made a request: nothing was served yet.
+    pub served_share: Option<f64>,
     /// Fallback allocations in the last serving step.
     pub fallback_allocations_last_step: u64,
     /// The most fallback allocations in one serving step.
@@ -158,6 +165,30 @@ pub struct Stats {
     pub backing_reservations: u64,
     /// Backing reservations during the last step.
     pub backing_reservations_last_step: u64,
+    /// The live lower bound: the most bytes live at once over the whole
+    /// run, each request rounded to 512 bytes as the backing rounds it. No
+    /// allocator holds less at that moment.
+    pub lower_bound_bytes: u64,
+    /// `peak_reserved_bytes / lower_bound_bytes` (`None` before any
+    /// request): 1 is the limit.
+    pub lower_bound_ratio: Option<f64>,
+    /// Calls made to the backing over the whole run, by kind: each a
+    /// device call on a GPU or an NPU.
+    pub backing_calls: crate::metered::BackingCalls,
+    /// Calls that took or gave memory (all but events) in the last step.
+    pub backing_calls_last_step: u64,
+    /// The most such calls in one steady serving step (a plan serving
+    /// since before the step, its region in place).
+    pub backing_calls_max_steady_step: u64,
+    /// Steady serving steps that made any such call.
+    pub steady_steps_with_backing_calls: u64,
+    /// The mapping unit of the range regions come from (`None`: whole
+    /// regions from the device, one call each).
+    pub map_granularity: Option<u64>,
+    /// What the backing calls would cost on the platform's device, in
+    /// seconds: an estimate from the per-call costs of
+    /// [`crate::cost`] (docs/device-costs.md), never a measurement.
+    pub device_call_seconds_estimate: f64,
     /// The caching-allocator model (the platform's defaults) fed with
     /// every request of the whole run.
     pub caching_model: ModelFigures,

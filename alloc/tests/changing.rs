@@ -106,7 +106,7 @@ fn a_plan_made_off_the_thread_is_swapped_in_at_the_next_boundary() {
     }
     let (b, i) = (bg.stats(), inline.stats());
     assert_eq!(b.slab_bytes, i.slab_bytes, "the same plan");
-    assert_eq!(b.served_share, 1.0);
+    assert_eq!(b.served_share, Some(1.0));
     assert_eq!(b.misses.curable(), 0);
 }
 

@@ -43,13 +43,16 @@ fn host_pages_and_the_null_backing_decide_the_same() {
         r#"{"backend": "cpu", "log_errors": false}"#,
         r#"{"backend": "cpu", "log_errors": false, "exact_before_plan": false, "warmup_steps": 2, "record_steps": 1}"#,
         r#"{"backend": "cpu", "log_errors": false, "platform": "npu"}"#,
+        r#"{"backend": "cpu", "log_errors": false, "mapped_range": false}"#,
     ] {
         let config = policy(json);
         let live = replay::replay_on(&events, &config, Box::new(host_backing())).unwrap();
-        let null = replay::replay_on(&events, &config, Box::new(NullBacking::new(None))).unwrap();
+        // The host's mapped ranges are in pages of the host page.
+        let null = NullBacking::new(None).with_map_granularity(Some(replay::HOST_PAGE));
+        let null = replay::replay_on(&events, &config, Box::new(null)).unwrap();
         same(&live, &null);
         assert_eq!(null.steps, 8);
-        assert_eq!(null.served_share, 1.0, "{json}: {:?}", null.stats);
+        assert_eq!(null.served_share, Some(1.0), "{json}: {:?}", null.stats);
         assert!(null.peak_reserved_bytes >= null.slab_bytes);
     }
 }

@@ -503,12 +503,16 @@ class PlannedAllocator:
         slab against the lower bound; fragmentation over the whole run beside the caching
         allocator model's over the same run; and the whole-run line
         ``whole run: peak reserved P MiB planned vs C MiB caching allocator model (E MiB with
-        expandable segments)``. Every figure covers the whole run (warm-up, recording and
-        every re-plan), from the process's first request on."""
+        expandable segments), lower bound L MiB``, L the live lower bound (the most bytes live
+        at once, each request rounded to 512 bytes: no allocator holds less). Every figure
+        covers the whole run (warm-up, recording and every re-plan), from the process's first
+        request on. Before any serving step, the first line says ``no request served yet``."""
         s = self.stats() if stats is None else stats
         cm, em = s["caching_model"], s["expandable_model"]
+        share = s["served_share"]
+        served = "no request served yet" if share is None else _percent_floor(share)
         first = (
-            f"served from the plan: {_percent_floor(s['served_share'])} of "
+            f"served from the plan: {served} of "
             f"{s['requests_after_warmup']} requests after warm-up; "
             f"fallback allocations per step: {s['fallback_allocations_max_step']}; "
             f"slab {_mib(s['slab_bytes'])} = {s['slab_ratio']:.4f} x lower bound"
@@ -526,7 +530,8 @@ class PlannedAllocator:
         third = (
             f"whole run: peak reserved {s['peak_reserved_bytes'] / mib:.2f} MiB planned vs "
             f"{cm['peak_reserved_bytes'] / mib:.2f} MiB caching allocator model "
-            f"({em['peak_reserved_bytes'] / mib:.2f} MiB with expandable segments)"
+            f"({em['peak_reserved_bytes'] / mib:.2f} MiB with expandable segments), "
+            f"lower bound {s['lower_bound_bytes'] / mib:.2f} MiB"
         )
         return f"{first}\n{second}\n{third}"
 

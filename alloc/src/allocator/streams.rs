@@ -38,6 +38,9 @@ pub(super) struct Side {
     parked: Option<SitePlan>,
     /// Slab regions (base, bytes) as the statistics last counted them.
     slabs_seen: Vec<(usize, u64)>,
+    /// With a mapped range: its mapped bytes and map / unmap calls as the
+    /// statistics last saw them (their segments are the range's pages).
+    range_seen: (u64, u64, u64),
     /// Exact regions' reserved bytes as last counted.
     exact_seen: u64,
     /// Out-of-memory answers as last counted.
@@ -53,6 +56,7 @@ impl Side {
             stats: Tracker::new(max_split_size),
             parked: None,
             slabs_seen: Vec::new(),
+            range_seen: (0, 0, 0),
             exact_seen: 0,
             ooms_seen: 0,
             served_seen: 0,
@@ -202,25 +206,74 @@ impl PlannedAllocator {
         }
         let exact = self.exact.reserved_bytes();
         let seen = self.side.exact_seen;
+        let ranged = self.backing.space().is_some();
         if exact != seen {
             let asked = granule(size);
             let small = is_small(asked);
             let s = &mut self.side.stats;
             if exact > seen {
-                s.segment_alloc(small, exact - seen);
+                if !ranged {
+                    s.segment_alloc(small, exact - seen);
+                }
                 s.block_alloc(small, asked, size);
             } else {
                 s.block_freed(small, asked);
                 s.block_inactive(small, asked, size);
-                s.segment_free(small, seen - exact);
+                if !ranged {
+                    s.segment_free(small, seen - exact);
+                }
             }
             self.side.exact_seen = exact;
         }
+        if ranged {
+            self.sync_range();
+        }
+    }
+
+    /// With a mapped range, torch's segments are its mappings: one segment
+    /// allocated per map call and one freed per unmap call (in the large
+    /// pool), so that the reserved bytes and the device calls torch reads
+    /// are the pages the device holds and the calls made for them.
+    pub(super) fn sync_range(&mut self) {
+        let calls = self.backing.calls();
+        let mapped = self.backing.space().map_or(0, |s| s.mapped_bytes() as u64);
+        let (bytes, maps, unmaps) = self.side.range_seen;
+        if (mapped, calls.map, calls.unmap) == (bytes, maps, unmaps) {
+            return;
+        }
+        let s = &mut self.side.stats;
+        // The bytes of the new maps and unmaps since the last look, net of
+        // each other: the first call of each kind carries them.
+        let (mut up, mut down) = if mapped >= bytes {
+            (mapped - bytes, 0)
+        } else {
+            (0, bytes - mapped)
+        };
+        for _ in unmaps..calls.unmap {
+            s.segment_free(false, std::mem::take(&mut down));
+        }
+        for _ in maps..calls.map {
+            s.segment_alloc(false, std::mem::take(&mut up));
+        }
+        // Net movement with no matching call (cannot happen: every byte is
+        // mapped or unmapped by a call), kept exact all the same.
+        if up > 0 {
+            s.segment_alloc(false, up);
+        }
+        if down > 0 {
+            s.segment_free(false, down);
+        }
+        self.side.range_seen = (mapped, calls.map, calls.unmap);
     }
 
     /// Slab regions reserved or released since the last look: large-pool
     /// segments.
     pub(super) fn sync_slabs(&mut self) {
+        if self.backing.space().is_some() {
+            // The range's pages are the segments (sync_range).
+            self.sync_range();
+            return;
+        }
         // Each region of a slab (more than one after a re-plan grew it) is
         // one segment.
         let now: Vec<(usize, u64)> = self
@@ -252,7 +305,7 @@ impl PlannedAllocator {
             self.side.parked = None;
         } else if let Some(plan) = self.side.parked.take() {
             let bytes = plan.slab_bytes.max(GRANULE) as usize;
-            match self.backing.reserve(bytes) {
+            match self.backing.reserve_low(bytes) {
                 Ok(base) => {
                     if self.checked {
                         let _ = self
@@ -353,7 +406,7 @@ impl PlannedAllocator {
                 let (slot, size) = (block.slot, block.size);
                 self.records.freed(block.origin, late);
                 self.note_freed(block.origin, size);
-                self.counters.live_bytes -= size;
+                self.counters.live_sub(size);
                 self.side.stats.block_freed(is_small(slot), slot);
                 p.len = slot;
                 p.home = Home::Slab { slot, size };
@@ -372,7 +425,7 @@ impl PlannedAllocator {
                 if block.origin.step > 0 {
                     self.records.freed(block.origin, late);
                 }
-                self.counters.live_bytes -= block.size;
+                self.counters.live_sub(block.size);
                 self.side.stats.block_freed(small, rounded);
                 p.len = block.size;
                 p.home = if which == 0 {
@@ -388,7 +441,7 @@ impl PlannedAllocator {
                 if origin.step > 0 {
                     self.records.freed(origin, late);
                 }
-                self.counters.live_bytes -= size;
+                self.counters.live_sub(size);
                 self.side
                     .stats
                     .block_freed(is_small(granule(size)), granule(size));
@@ -497,6 +550,9 @@ impl PlannedAllocator {
             }
             self.side.parked = Some(slab.plan);
         }
+        // A mapped range gives its idle pages back (every run: the caller
+        // asked for the cache to go).
+        self.backing.trim(usize::MAX);
         self.sync_slabs();
     }
 
@@ -540,7 +596,13 @@ impl PlannedAllocator {
             .model()
             .largest_free_block()
             .max(self.scratch.model().largest_free_block());
-        pools.max(self.slab.as_ref().map_or(0, |s| self.largest_gap(s)))
+        // A mapped range's idle pages serve without a device call too.
+        let idle = self.backing.space().map_or(0, |s| {
+            s.trimmable(None).first().map_or(0, |&(_, len)| len as u64)
+        });
+        pools
+            .max(idle)
+            .max(self.slab.as_ref().map_or(0, |s| self.largest_gap(s)))
     }
 
     /// The statistics in the caching allocator's schema.

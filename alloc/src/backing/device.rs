@@ -115,6 +115,20 @@ impl<D: Device> DeviceBacking<D> {
 
 impl<D: Device> DeviceBacking<D> {
     fn reserve_region(&mut self, bytes: usize) -> Result<usize> {
+        // The device's limit counts the mapped pages of its ranges too.
+        #[cfg(unix)]
+        if let Some(mapped) = self.ranges.as_ref().map(HostRanges::mapped_bytes)
+            && mapped > 0
+            && let Some(free) = self.device.free_memory().ok().flatten()
+            && mapped.saturating_add(bytes) > free
+        {
+            return Err(Error::Backing {
+                backend: self.device.name().to_owned(),
+                reason: format!(
+                    "{bytes} bytes with {mapped} mapped: past the {free} bytes the device has left"
+                ),
+            });
+        }
         let slab = self.device.reserve(bytes, REGION_ALIGN)?;
         let addr = slab.base() as usize;
         self.reserved += slab.len() as u64;

@@ -47,6 +47,13 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "N", requires = "planned")]
     #[serde(skip_serializing_if = "Option::is_none")]
     recent_steps: Option<u32>,
+    /// Planned allocator: the device's mapping unit in bytes, for the
+    /// prediction (2097152 for CUDA's and Ascend's 2 MiB pages; default
+    /// the host page, what the CPU backend maps; 0: whole regions, no
+    /// mapped range).
+    #[arg(long, value_name = "BYTES", requires = "planned")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    map_granularity: Option<u64>,
     /// Planned allocator: exact regions before the first plan (default).
     #[arg(long, overrides_with = "no_exact_before_plan", requires = "planned")]
     #[serde(skip)]
@@ -134,8 +141,29 @@ pub struct Planned {
     /// Most bytes reserved at once over the whole replayed run (warm-up,
     /// recording, every re-plan).
     pub peak_reserved_bytes: u64,
-    /// In-step requests of serving steps served from the plan.
-    pub served_share: f64,
+    /// In-step requests of serving steps served from the plan (`null`
+    /// when no serving step made a request).
+    pub served_share: Option<f64>,
+    /// The live lower bound: the most bytes live at once over the whole
+    /// run, each request rounded to 512 bytes. No allocator holds less.
+    pub live_lower_bound_bytes: u64,
+    /// `peak_reserved_bytes / live_lower_bound_bytes` (`null` for an
+    /// empty trace).
+    pub lower_bound_ratio: Option<f64>,
+    /// Device calls the planned run would make (regions reserved and
+    /// released, pages mapped and unmapped, address ranges), whole run.
+    pub device_calls: u64,
+    /// The most such calls in one steady serving step.
+    pub device_calls_max_steady_step: u64,
+    /// What those calls would cost on the platform's device, in seconds:
+    /// an estimate from documented per-call costs (docs/device-costs.md),
+    /// never a measurement.
+    pub device_call_seconds_estimate: f64,
+    /// The caching allocator model's device allocations over the same run
+    /// (`cudaMalloc` / `aclrtMalloc` calls), for comparison.
+    pub caching_model_device_allocations: u64,
+    /// The mapping unit the prediction assumed (`null`: whole regions).
+    pub map_granularity: Option<u64>,
     /// Plans after the first.
     pub replans: u64,
     /// Steps replayed.
@@ -279,6 +307,13 @@ pub fn predict(
     let mut p = Planned {
         peak_reserved_bytes: free.peak_reserved_bytes,
         served_share: free.served_share,
+        live_lower_bound_bytes: free.live_lower_bound_bytes,
+        lower_bound_ratio: free.stats.lower_bound_ratio,
+        device_calls: free.backing_calls.memory(),
+        device_calls_max_steady_step: free.stats.backing_calls_max_steady_step,
+        device_call_seconds_estimate: free.stats.device_call_seconds_estimate,
+        caching_model_device_allocations: free.stats.caching_model.device_allocations,
+        map_granularity: free.stats.map_granularity,
         replans: free.replans,
         steps: free.steps,
         slab_bytes: free.slab_bytes,
@@ -523,10 +558,33 @@ pub fn section(p: &Planned) -> String {
             p.steps, pol.warmup_steps, pol.record_steps
         );
     }
+    if p.live_lower_bound_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "  live lower bound: {} (the most bytes live at once); planned peak reserved = {:.3}x it",
+            b(p.live_lower_bound_bytes),
+            p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64
+        );
+    }
     let _ = writeln!(
         s,
-        "  served from the plan after warm-up: {:.2}% ({} of {} requests); misses: size {}, order {}, overlap {}, stream {}, outside a step {}",
-        100.0 * p.served_share,
+        "  device calls: {} over the whole run ({} in the worst steady step; the caching allocator model: {} allocations), estimated {:.3} ms on a {} device{}",
+        p.device_calls,
+        p.device_calls_max_steady_step,
+        p.caching_model_device_allocations,
+        1000.0 * p.device_call_seconds_estimate,
+        pol.platform().name(),
+        p.map_granularity
+            .map(|g| format!(", one mapped range of {g}-byte pages"))
+            .unwrap_or_else(|| ", whole regions".to_owned())
+    );
+    let served = p.served_share.map_or_else(
+        || "no request served yet".to_owned(),
+        |x| format!("{:.2}%", 100.0 * x),
+    );
+    let _ = writeln!(
+        s,
+        "  served from the plan after warm-up: {served} ({} of {} requests); misses: size {}, order {}, overlap {}, stream {}, outside a step {}",
         p.served_from_plan,
         p.requests_after_warmup,
         m.size,
