@@ -46,7 +46,8 @@ class LM(L.LightningModule):
 
 
 def main():
-    args = arguments(__doc__.splitlines()[0])
+    args = arguments(__doc__.splitlines()[0], val_every=(int, VAL_EVERY, "training batches between validations; "
+                                                                         "0: no validation"))
     res = Results(args, "lightning_trainer")
     module = LM(res)  # same seed on every rank: the same initial weights
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -55,7 +56,8 @@ def main():
     val = TensorDataset(torch.randint(0, VOCAB, (2 * BATCH * world, LENGTH), generator=gen))
     trainer = L.Trainer(
         accelerator="cpu", devices=world, strategy="ddp" if world > 1 else "auto", max_steps=args.steps,
-        val_check_interval=VAL_EVERY, check_val_every_n_epoch=None, limit_val_batches=2,
+        val_check_interval=args.val_every or None, check_val_every_n_epoch=None,
+        limit_val_batches=2 if args.val_every else 0,
         num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, deterministic=True,
     )
