@@ -9,6 +9,8 @@
 //!   after its backward; each gradient is reduce-scattered on a
 //!   reduce-scatter stream (`record_stream` of the input there, the output
 //!   allocated there and kept until the optimizer step).
+//!   With `reshard_after_forward=False` the unsharded parameters live
+//!   exactly from the forward's all-gather to the backward's reduce-scatter.
 //! - DeepSpeed ZeRO-3: the next module's parameters are prefetched on a
 //!   side stream while this one computes, `record_stream`ed on the compute
 //!   stream and released (freed) while it may still run.
@@ -275,6 +277,10 @@ impl Engine {
 #[derive(Debug, Clone, Copy)]
 enum Pattern {
     Fsdp2,
+    /// FSDP2 with `reshard_after_forward=False` (ZeRO-2 like): each block's
+    /// unsharded parameters live from the forward's all-gather to the
+    /// backward's reduce-scatter.
+    Fsdp2KeepUnsharded,
     Zero3,
     Zero2,
 }
@@ -350,31 +356,49 @@ impl Run<'_> {
         let shards = self.prog.shards.clone();
         self.e.a.step_begin().expect("step_begin");
         match self.prog.pattern {
-            Pattern::Fsdp2 => {
+            Pattern::Fsdp2 | Pattern::Fsdp2KeepUnsharded => {
+                let keep = matches!(self.prog.pattern, Pattern::Fsdp2KeepUnsharded);
                 let mut acts = Vec::new();
+                let mut unsharded = Vec::new();
                 for &shard in &shards {
                     let param = self.fsdp_unshard(shard)?;
                     acts.push(self.alloc(shard * 3 + 512, COMPUTE)?);
                     self.e.hold(COMPUTE);
-                    // Reshard after forward: storage resized to zero.
-                    self.free(param);
+                    if keep {
+                        // reshard_after_forward=False: the unsharded
+                        // parameter lives on until its gradient's reduce-scatter.
+                        unsharded.push(param);
+                    } else {
+                        // Reshard after forward: storage resized to zero.
+                        self.free(param);
+                    }
                 }
                 // zero_grad(set_to_none=True) after the last step's optimizer step.
                 for g in carried.grads.drain(..) {
                     self.e.free(g);
                 }
                 for (i, &shard) in shards.iter().enumerate().rev() {
-                    let param = self.fsdp_unshard(shard)?;
+                    let param = match unsharded.pop() {
+                        Some(p) => p,
+                        None => self.fsdp_unshard(shard)?,
+                    };
                     let grad = self.alloc(shard * w, COMPUTE)?;
                     self.e.hold(COMPUTE);
                     self.free(acts[i]);
-                    self.free(param);
+                    if !keep {
+                        self.free(param);
+                    }
                     // Reduce-scatter: the unsharded gradient is read on the
                     // reduce-scatter stream, which allocates the output.
                     self.e.record(grad, REDUCE_SCATTER);
                     let out = self.alloc(shard, REDUCE_SCATTER)?;
                     self.e.hold(REDUCE_SCATTER);
                     self.free(grad);
+                    if keep {
+                        // Freed right after the reduce-scatter is issued,
+                        // while compute may still read it.
+                        self.free(param);
+                    }
                     // The optimizer reads it on the compute stream.
                     self.e.record(out, COMPUTE);
                     carried.grads.push(out);
@@ -526,6 +550,7 @@ fn program() -> impl Strategy<Value = Program> {
     (
         prop_oneof![
             Just(Pattern::Fsdp2),
+            Just(Pattern::Fsdp2KeepUnsharded),
             Just(Pattern::Zero3),
             Just(Pattern::Zero2)
         ],
@@ -564,7 +589,12 @@ proptest! {
 /// side streams still hold.
 #[test]
 fn engine_patterns_are_planned_once_steady() {
-    for pattern in [Pattern::Fsdp2, Pattern::Zero3, Pattern::Zero2] {
+    for pattern in [
+        Pattern::Fsdp2,
+        Pattern::Fsdp2KeepUnsharded,
+        Pattern::Zero3,
+        Pattern::Zero2,
+    ] {
         let prog = Program {
             pattern,
             shards: vec![24_576, 100_000, 24_576, 1 << 20],

@@ -68,6 +68,8 @@ LOOPS = {
                     ["--mixed", "1"]),
     "fsdp2_checkpoint": ("fsdp2.py", "the same, activation checkpointing of every block", 2,
                          ["--checkpoint", "1"]),
+    "fsdp2_keep_unsharded": ("fsdp2.py", "the same, reshard_after_forward=False (unsharded from all-gather to "
+                             "reduce-scatter)", 2, ["--reshard", "0"]),
     "deepspeed_zero2": ("deepspeed_zero.py", "DeepSpeed ZeRO-2 (CPU accelerator, gloo, 2 ranks), tiny GPT-2", 2,
                         ["--stage", "2"]),
     "deepspeed_zero3": ("deepspeed_zero.py", "DeepSpeed ZeRO-3 (CPU accelerator, gloo, 2 ranks), tiny GPT-2", 2,

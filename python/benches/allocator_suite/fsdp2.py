@@ -9,6 +9,8 @@ use (``untyped_storage().resize_(0)``), and reduce-scatters its gradients.
 ``--mixed``: ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
 (bf16 all-gathers and compute). ``--checkpoint``: activation checkpointing of
 every block (recomputed in backward, so each block is unsharded once more).
+``--reshard 0``: ``reshard_after_forward=False``, each block's unsharded parameters live
+from its forward's all-gather to its backward's reduce-scatter.
 Each rank draws its own ids (seed + rank); the same initial weights on every rank.
 """
 
@@ -27,7 +29,9 @@ VOCAB, BATCH, LENGTH = 512, 4, 64
 def main():
     args = arguments(__doc__.splitlines()[0],
                      mixed=(int, 0, "1: bf16 parameters and compute, fp32 gradient reduction"),
-                     checkpoint=(int, 0, "1: activation checkpointing of every block"))
+                     checkpoint=(int, 0, "1: activation checkpointing of every block"),
+                     reshard=(int, 1, "0: reshard_after_forward=False (unsharded from the forward's all-gather "
+                                      "to the backward's reduce-scatter)"))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
@@ -37,11 +41,12 @@ def main():
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.mixed \
         else MixedPrecisionPolicy()
     for block in model.transformer.h:
-        fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=bool(args.reshard))
     fully_shard(model, mesh=mesh, mp_policy=policy)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)
-    name = "fsdp2" + ("_mixed" if args.mixed else "") + ("_checkpoint" if args.checkpoint else "")
+    name = "fsdp2" + ("_mixed" if args.mixed else "") + ("_checkpoint" if args.checkpoint else "") + \
+        ("" if args.reshard else "_keep_unsharded")
     res = Results(args, name)
     for _ in range(args.steps):
         res.begin()
