@@ -80,8 +80,9 @@ LOOPS = {
 
 #: The loops that need a package the suite does not otherwise use: its import name and the
 #: pinned pip line (``--install`` runs it into this interpreter's environment, else the loop is
-#: reported as skipped with the line to run). DeepSpeed's setup imports torch (no build
-#: isolation) and JIT-builds its shared-memory op with ninja at run time.
+#: reported as skipped with the line to run). DeepSpeed is built against the torch installed
+#: (no build isolation: its setup.py looks torch up), the way the recorded runs installed it; it
+#: JIT-builds its shared-memory op with ninja (a dependency of it) at run time.
 NEEDS = {
     "deepspeed_zero2": ("deepspeed", ["--no-build-isolation", "deepspeed==0.19.8"]),
     "deepspeed_zero3": ("deepspeed", ["--no-build-isolation", "deepspeed==0.19.8"]),
