@@ -498,10 +498,12 @@ def main():
     (out / "suite.md").write_text(md + "\n")
     print(md)
     print(f"\n{len(rows)} loops, {args.steps} steps each, {wall:.0f} s; {out / 'suite.json'}", file=sys.stderr)
-    failed = [r["loop"] for r in rows if not r["identical"]] + list(skipped)
+    failed = [r["loop"] for r in rows if not r["identical"]]
     if failed:
         print(f"losses or parameters differ, or a run failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    if skipped:
+        print(f"skipped, a package missing (--install): {', '.join(skipped)}", file=sys.stderr)
+    return 1 if failed or skipped else 0
 
 
 if __name__ == "__main__":
