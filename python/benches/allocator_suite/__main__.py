@@ -6,8 +6,9 @@
 
 For each loop (``LOOPS``) it runs the script twice with the same seed and one
 intra-op thread (``OMP_NUM_THREADS=1``): as it is, and under ``python -m
-tensor_arena.run --device cpu --stats S --trace T`` (the DDP loop under
-``torch.distributed.run --standalone --nproc-per-node 2``, both times). It
+tensor_arena.run --device cpu --stats S --trace T`` (the loops of 2 ranks, DDP,
+FSDP2, DeepSpeed, Lightning, under ``torch.distributed.run --standalone
+--nproc-per-node 2``, both times). It
 checks that the losses and the final parameters' digest are bit-identical,
 reads the allocator's stats JSON, and measures the whole run from the trace
 (cut after its last ``step_end``): replayed through the same library
@@ -16,8 +17,12 @@ planned allocator, and through the repository's caching-allocator model
 (``tensor-arena replay --platform cuda``, with and without
 ``--expandable-segments``; skipped when the binary is not found) for the
 caching allocator. Then it writes ``DIR/suite.json`` and ``DIR/suite.md`` (the table for
-BENCHMARKS.md). ``--keep-traces`` also gzips each loop's trace (rank 0 for
-DDP) into ``alloc/tests/data/loops/NAME.csv.gz`` (``--traces DIR`` elsewhere).
+BENCHMARKS.md; a table per rank follows for the loops of 2 ranks, each
+rank's trace replayed too). ``--keep-traces`` also gzips each loop's trace
+(rank 0 of the loops of 2 ranks) into ``alloc/tests/data/loops/NAME.csv.gz``
+(``--traces DIR`` elsewhere). A loop whose package is missing (``NEEDS``:
+DeepSpeed, Lightning) is skipped with its pip line, or installed first with
+``--install``.
 
 The stats keys are read defensively: a key the library does not write is
 ``n/a``. ``windows`` in the JSON says whether the stats carry the whole-run
