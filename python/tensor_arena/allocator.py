@@ -235,6 +235,10 @@ class PlannedAllocator:
         self._in_step = False
         self._hook = None
         self._pacer = None
+        # Set by an engine's wrapped step method (tensor_arena.engines): the
+        # engine's step ends the steps, the optimizer hook marks nothing.
+        self._engine_steps = False
+        self._engine_depth = 0
         _INSTANCE = self
 
     # ---- installing -----------------------------------------------------------------
@@ -423,8 +427,11 @@ class PlannedAllocator:
         Opens a step now and registers a global optimizer step post-hook
         (``torch.optim.optimizer.register_optimizer_step_post_hook``) that ends
         it and opens the next one. With several optimizers, the first one that
-        steps paces the boundaries. Returns the hook's handle; ``remove()`` it
-        (or call :meth:`stop_auto_step`) to stop.
+        steps paces the boundaries. Where an engine wraps the optimizer
+        (DeepSpeed: :data:`tensor_arena.engines.ENGINES`) a step ends after the
+        engine's own step method instead, and the hook marks nothing. Returns
+        the hook's handle; ``remove()`` it (or call :meth:`stop_auto_step`) to
+        stop.
         """
         if self._hook is not None:
             return self._hook
@@ -436,7 +443,7 @@ class PlannedAllocator:
 
         def boundary(optimizer, args, kwargs):
             alloc = this()
-            if alloc is None:
+            if alloc is None or alloc._engine_steps or alloc._engine_depth:
                 return
             pacer = alloc._pacer() if alloc._pacer is not None else None
             if pacer is None:
@@ -447,6 +454,9 @@ class PlannedAllocator:
             alloc.begin_step()
 
         self._hook = register_optimizer_step_post_hook(boundary)
+        from . import engines
+
+        engines.watch(self)
         return self._hook
 
     def stop_auto_step(self, end=True):

@@ -9,7 +9,9 @@
 The allocator is installed before the script runs (so before torch's first
 device allocation) and a step ends after every ``optimizer.step()`` (a global
 optimizer step post-hook; with several optimizers the first one that steps
-paces the boundaries). The device is ``--device``, else
+paces the boundaries), or, under an engine that wraps the optimizer, after the
+engine's step (DeepSpeed's ``engine.step()`` at an accumulation boundary;
+``--step-at MODULE:QUALNAME`` names any other). The device is ``--device``, else
 ``$TENSOR_ARENA_ALLOCATOR`` (``cpu``, ``cuda``, ``npu``), else the first of
 npu, cuda found by torch, else cpu; the choice is printed to stderr. At exit,
 ``--report`` prints the text report and the summary to stderr, ``--stats`` and
@@ -30,6 +32,7 @@ import os
 import runpy
 import sys
 
+from . import engines
 from .allocator import AllocatorError, PlannedAllocator, _backend
 
 # One row per key of the library's configuration (alloc/src/config.rs `Config`):
@@ -88,6 +91,10 @@ def _parser():
     ap.add_argument("--trace", metavar="PATH",
                     help="write every allocator event here (the allocator's trace CSV, flushed at each "
                          "step boundary; the policy's trace key), for `tensor-arena replay PATH --planned`")
+    ap.add_argument("--step-at", metavar="MODULE:QUALNAME", action="append", default=[],
+                    help="a step ends after each call of this function or method (e.g. "
+                         "mytrainer:Engine.step) instead of after optimizer.step(); for an engine "
+                         "that wraps the optimizer (DeepSpeed's engine is known already). Repeatable")
     ap.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     ap.add_argument("script", nargs="?", help="the training script, then its own arguments")
     return ap
@@ -156,6 +163,11 @@ def main(argv=None):
     except (ValueError, AllocatorError) as e:
         ap.error(str(e))
     alloc.auto_step()
+    for target in opts.step_at:
+        try:
+            engines.step_after(alloc, target)
+        except (ValueError, ImportError, AttributeError) as e:
+            ap.error(str(e))
     print(f"tensor-arena: planned allocator installed for {device}", file=sys.stderr)
 
     try:

@@ -6,8 +6,9 @@
 
 For each loop (``LOOPS``) it runs the script twice with the same seed and one
 intra-op thread (``OMP_NUM_THREADS=1``): as it is, and under ``python -m
-tensor_arena.run --device cpu --stats S --trace T`` (the DDP loop under
-``torch.distributed.run --standalone --nproc-per-node 2``, both times). It
+tensor_arena.run --device cpu --stats S --trace T`` (the loops of 2 ranks, DDP,
+FSDP2, DeepSpeed, Lightning, under ``torch.distributed.run --standalone
+--nproc-per-node 2``, both times). It
 checks that the losses and the final parameters' digest are bit-identical,
 reads the allocator's stats JSON, and measures the whole run from the trace
 (cut after its last ``step_end``): replayed through the same library
@@ -16,8 +17,12 @@ planned allocator, and through the repository's caching-allocator model
 (``tensor-arena replay --platform cuda``, with and without
 ``--expandable-segments``; skipped when the binary is not found) for the
 caching allocator. Then it writes ``DIR/suite.json`` and ``DIR/suite.md`` (the table for
-BENCHMARKS.md). ``--keep-traces`` also gzips each loop's trace (rank 0 for
-DDP) into ``alloc/tests/data/loops/NAME.csv.gz`` (``--traces DIR`` elsewhere).
+BENCHMARKS.md; a table per rank follows for the loops of 2 ranks, each
+rank's trace replayed too). ``--keep-traces`` also gzips each loop's trace
+(rank 0 of the loops of 2 ranks) into ``alloc/tests/data/loops/NAME.csv.gz``
+(``--traces DIR`` elsewhere). A loop whose package is missing (``NEEDS``:
+DeepSpeed, Lightning) is skipped with its pip line, or installed first with
+``--install``.
 
 The stats keys are read defensively: a key the library does not write is
 ``n/a``. ``windows`` in the JSON says whether the stats carry the whole-run
@@ -60,6 +65,33 @@ LOOPS = {
     "dataloader_forkserver": ("dataloader_workers.py", "the same, workers started by a forkserver", 1,
                               ["--start-method", "forkserver"]),
     "gpt2_fixed": ("gpt2_fixed.py", "GPT-2 at a fixed length", 1),
+    "random_shapes": ("random_shapes.py", "masked attention, batch 1..32 and length 8..256 drawn every step", 1),
+    "kept_losses": ("kept_losses.py", "GPT-2, loss history kept as tensors (never .item())", 1),
+    # The engines users move to past plain DDP (issue 34), world size 2 over gloo.
+    "fsdp2": ("fsdp2.py", "FSDP2 fully_shard per block (gloo, 2 ranks), tiny GPT-2", 2),
+    "fsdp2_mixed": ("fsdp2.py", "the same, MixedPrecisionPolicy bf16 parameters, fp32 reduction", 2,
+                    ["--mixed", "1"]),
+    "fsdp2_checkpoint": ("fsdp2.py", "the same, activation checkpointing of every block", 2,
+                         ["--checkpoint", "1"]),
+    "fsdp2_keep_unsharded": ("fsdp2.py", "the same, reshard_after_forward=False (unsharded from all-gather to "
+                             "reduce-scatter)", 2, ["--reshard", "0"]),
+    "deepspeed_zero2": ("deepspeed_zero.py", "DeepSpeed ZeRO-2 (CPU accelerator, gloo, 2 ranks), tiny GPT-2", 2,
+                        ["--stage", "2"]),
+    "deepspeed_zero3": ("deepspeed_zero.py", "DeepSpeed ZeRO-3 (CPU accelerator, gloo, 2 ranks), tiny GPT-2", 2,
+                        ["--stage", "3"]),
+    "lightning_trainer": ("lightning_trainer.py", "Lightning Trainer, DDP (gloo, 2 ranks), validation every 5 steps",
+                          2),
+}
+
+#: The loops that need a package the suite does not otherwise use: its import name and the
+#: pinned pip line (``--install`` runs it into this interpreter's environment, else the loop is
+#: reported as skipped with the line to run). DeepSpeed is built against the torch installed
+#: (no build isolation: its setup.py looks torch up), the way the recorded runs installed it; it
+#: JIT-builds its shared-memory op with ninja (a dependency of it) at run time.
+NEEDS = {
+    "deepspeed_zero2": ("deepspeed", ["--no-build-isolation", "deepspeed==0.19.8"]),
+    "deepspeed_zero3": ("deepspeed", ["--no-build-isolation", "deepspeed==0.19.8"]),
+    "lightning_trainer": ("lightning", ["lightning==2.6.6"]),
 }
 
 
@@ -78,6 +110,8 @@ def parse():
     ap.add_argument("--binary", default=os.environ.get("TENSOR_ARENA_BIN", str(REPO / "target" / "release" / "tensor-arena")),
                     help="the tensor-arena binary for the trace replay (skipped when absent)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
+    ap.add_argument("--install", action="store_true",
+                    help="pip-install the pinned packages a selected loop needs (DeepSpeed, Lightning) when missing")
     args = ap.parse_args()
     args.loops = [n for n in args.loops.split(",") if n]
     unknown = [n for n in args.loops if n not in LOOPS]
@@ -93,7 +127,31 @@ def environment():
     env.pop("TENSOR_ARENA_ALLOCATOR", None)
     env.pop("TENSOR_ARENA_CHECKED", None)
     env.pop("ALLOC_SUITE_OUT", None)
+    # This interpreter's scripts directory first, as an activated environment has it: DeepSpeed
+    # builds its ops with the ninja that pip put there.
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env.setdefault("DS_ACCELERATOR", "cpu")
+    env.setdefault("DS_BUILD_OPS", "0")
     return env
+
+
+def missing_packages(names, install):
+    """The loops of ``names`` whose package is missing after ``--install`` (name -> the pip line)."""
+    import importlib.util
+
+    missing = {}
+    for name in names:
+        if name not in NEEDS:
+            continue
+        module, pip_args = NEEDS[name]
+        if importlib.util.find_spec(module) is None and install:
+            cmd = [sys.executable, "-m", "pip", "install", *pip_args]
+            print(f"installing: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+            subprocess.run(cmd, env=environment(), check=False)
+            importlib.invalidate_caches()
+        if importlib.util.find_spec(module) is None:
+            missing[name] = shlex.join([sys.executable, "-m", "pip", "install", *pip_args])
+    return missing
 
 
 def command(name, planned, run_dir, args):
@@ -287,6 +345,13 @@ def run_loop(name, args, out, env):
     whole = get(row, "replayed", "peak_reserved_bytes")
     row["whole_run_planned_over_caching"] = ratio(whole, get(row, "trace_caching_model", "peak_reserved_bytes"))
     row["whole_run_planned_over_expandable"] = ratio(whole, get(row, "trace_expandable_model", "peak_reserved_bytes"))
+    row["per_rank"] = [per_rank_figures(0, per_rank[0][1], s, row["replayed"], row["trace_caching_model"])]
+    for r in range(1, ranks):
+        tr = dirs["planned"] / f"trace-{r}.csv"
+        sr = row["stats"][r] or {}
+        row["per_rank"].append(per_rank_figures(
+            r, per_rank[r][1], sr, replay_planned(tr, launcher_policy(args.launcher_args)),
+            replay(args.binary, tr, expandable=False)))
     unusable = get(row, "replayed", "error")
     if args.keep_traces and trace.is_file() and unusable:
         row["trace_not_kept"] = unusable  # a trace the replay refuses is no test data
@@ -301,6 +366,32 @@ def run_loop(name, args, out, env):
         for r in range(ranks):
             (dirs["planned"] / f"trace-{r}.csv").unlink(missing_ok=True)
     return row
+
+
+def per_rank_figures(rank, comparison, stats, replayed, caching):
+    """One rank's row: its comparison, whole-run planned and caching-model peaks, served share."""
+    planned = get(replayed or {}, "peak_reserved_bytes")
+    cached = get(caching or {}, "peak_reserved_bytes")
+    return {"rank": rank, "comparison": comparison, "planned_peak_reserved_bytes": planned,
+            "caching_peak_reserved_bytes": cached, "planned_over_caching": ratio(planned, cached),
+            "served_share": stats.get("served_share"), "replans": stats.get("replans"),
+            "errors": {k: v for k, v in (stats.get("errors") or {}).items() if v}}
+
+
+def rank_table(rows):
+    """Every rank of the multi-rank loops: the whole-run peaks (trace replay) and the served share."""
+    lines = ["| loop | rank | losses, params | planned / caching MiB (whole run) | planned / caching | served "
+             "| re-plans | errors |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["ranks"] < 2:
+            continue
+        for p in r.get("per_rank") or []:
+            lines.append(
+                f"| {r['loop']} | {p['rank']} | {p['comparison']} "
+                f"| {mib(p['planned_peak_reserved_bytes'])} / {mib(p['caching_peak_reserved_bytes'])} "
+                f"| {num(p['planned_over_caching'])} | {pct(p['served_share'], floor=True)} "
+                f"| {num(p['replans'], '{}')} | {p['errors'] or 'none'} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def mib(n):
@@ -372,11 +463,13 @@ def versions():
     import torch
 
     v = {"python": platform.python_version(), "torch": torch.__version__}
-    for mod in ("torchvision", "transformers"):
+    from importlib import metadata
+
+    for dist_name in ("torchvision", "transformers", "deepspeed", "lightning"):
         try:
-            v[mod] = __import__(mod).__version__
-        except ImportError:
-            v[mod] = None
+            v[dist_name] = metadata.version(dist_name)  # not imported: DeepSpeed probes devices on import
+        except metadata.PackageNotFoundError:
+            v[dist_name] = None
     return v
 
 
@@ -388,15 +481,23 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
     rows = []
+    skipped = missing_packages(args.loops, args.install)
+    for name, line in skipped.items():
+        print(f"{name}: skipped, its package is missing (--install, or: {line})", file=sys.stderr, flush=True)
     for name in args.loops:
+        if name in skipped:
+            continue
         print(f"{name}:", file=sys.stderr, flush=True)
         rows.append(run_loop(name, args, out, env))
     md, means = table(rows)
+    ranks_md = rank_table(rows)
+    if ranks_md:
+        md += "\n\nPer rank (the loops under torchrun):\n\n" + ranks_md
     wall = time.perf_counter() - t0
     record = {
         "command": shlex.join([sys.executable, *sys.argv]), "started": started.isoformat(timespec="seconds"),
         "wall_s": round(wall, 1), "steps": args.steps, "seed": args.seed, "versions": versions(),
-        "launcher_args": args.launcher_args, "geomean": means, "loops": rows,
+        "launcher_args": args.launcher_args, "geomean": means, "loops": rows, "skipped": skipped,
     }
     (out / "suite.json").write_text(json.dumps(record, indent=1))
     (out / "suite.md").write_text(md + "\n")
@@ -405,7 +506,9 @@ def main():
     failed = [r["loop"] for r in rows if not r["identical"]]
     if failed:
         print(f"losses or parameters differ, or a run failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    if skipped:
+        print(f"skipped, a package missing (--install): {', '.join(skipped)}", file=sys.stderr)
+    return 1 if failed or skipped else 0
 
 
 if __name__ == "__main__":

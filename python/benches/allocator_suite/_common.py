@@ -40,8 +40,11 @@ def digest(model):
     """SHA-256 of every parameter's bytes, in order: equal only when the parameters are bit-identical."""
     h = hashlib.sha256()
     for name, p in model.named_parameters():
+        p = p.detach()
+        p = p.to_local() if hasattr(p, "to_local") else p  # a DTensor (FSDP2): this rank's shard
         h.update(name.encode())
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(p.contiguous().float().numpy().tobytes() if p.dtype == torch.bfloat16 else
+                 p.contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -61,6 +64,11 @@ class Results:
         value = loss.item() if isinstance(loss, torch.Tensor) else float(loss)
         self.times.append(time.perf_counter() - self._t0)
         self.losses.append(value.hex())
+        self.shapes.append(shape)
+
+    def lap(self, shape=None):
+        """The step's wall time alone, for a loop that keeps its losses as tensors (losses set later)."""
+        self.times.append(time.perf_counter() - self._t0)
         self.shapes.append(shape)
 
     def write(self, model, **extra):
