@@ -32,7 +32,7 @@ const PLACEMENT_TIME_LIMIT: Duration = Duration::from_secs(5);
 
 /// Requests of a step served from exact regions at most while a new
 /// region waits for the blocks carried into the step to be freed.
-const ACTIVATE_WAIT: u32 = 64;
+const ACTIVATE_WAIT: u32 = 16;
 
 /// Requests of a serving step that the plan does not serve (kept past the
 /// step, other streams, misses no gap of the slab holds) and that get exact
@@ -717,6 +717,10 @@ impl PlannedAllocator {
             Phase::Warmup => {
                 if self.step >= warmup {
                     self.phase = Phase::Recording;
+                    // The range grew from nothing in chunks; from now on
+                    // it maps only what a region needs (the recorded
+                    // steps reuse the warm-up's pages).
+                    self.backing.set_space_chunks(0, TRIM_MIN);
                 }
             }
             Phase::Recording => {
