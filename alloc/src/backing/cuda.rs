@@ -441,8 +441,10 @@ impl Backing for CudaBacking {
     }
 }
 
-// SAFETY: the struct holds plain function pointers and addresses; the CUDA
-// runtime's functions may be called from any thread (the device is set on
-// the calling thread by `on_device`), and the allocator's mutex serialises
-// every use of the region map.
+// SAFETY: the struct holds plain function pointers and addresses, and (in
+// its mapped ranges) the device's primary context handle, which the driver
+// lets any thread make current (`cuCtxSetCurrent`, done around each driver
+// call); the CUDA runtime's functions may be called from any thread (the
+// device is set on the calling thread by `on_device`), and the allocator's
+// mutex serialises every use of the region and range maps.
 unsafe impl Send for CudaBacking {}
