@@ -27,6 +27,9 @@ export PYTHONUNBUFFERED=1
 echo "== lease_run $(date -u +%FT%TZ) on $(hostname)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+# The compiler the extension is built with (on 2026-12-04 the extension built
+# there held libstdc++'s own locale code; see docs/verified.md).
+echo "c++: $(command -v c++) -> $(readlink -f "$(command -v c++)"); CXX=${CXX:-unset}"; c++ --version | head -1
 
 site=/tmp/tensor-arena-site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$bundle"/wheel/*.whl \
@@ -64,6 +67,9 @@ if [ "$kit_s" -gt 60 ]; then
         --only build --only gpt2 --only stats_loop --only oom --only record_stream \
         --only compare --only cudnn_benchmark --only pytest
     echo "kit exit $?"
+    for so in "$TENSOR_ARENA_CACHE"/cuda_allocator-*.so; do
+        [ -f "$so" ] && echo "$so: $(nm -C --defined-only "$so" 2>/dev/null | grep -c 'std::(anonymous namespace)\|_M_insert<') libstdc++-internal symbols defined (0 expected)"
+    done
 else
     echo "kit skipped: too little time left"
 fi
