@@ -70,9 +70,10 @@ pub struct CudaBacking {
     reservations: u64,
     reserved: u64,
     total: Option<usize>,
-    /// Mapped ranges through the driver's VMM, opened at the first use:
-    /// `None` before, `Some(Err)` when the driver could not be opened (the
-    /// error is given again by every range call).
+    /// Mapped ranges through the driver's VMM, opened at the first use
+    /// (`map_granularity` or a range call): empty before, `Err` when the
+    /// driver could not be opened (the error is given again by every range
+    /// call, and `map_granularity` answers `None`).
     ranges: OnceCell<std::result::Result<CudaRanges, String>>,
     /// Where the driver is looked for (`DRIVER_NAMES` unless a test or a
     /// caller says otherwise).

@@ -16,8 +16,8 @@ mod cuda_driver;
 // The Ascend device handle is made `Send`: one owner, behind the mutex.
 #[allow(unsafe_code)]
 mod device;
-// mmap / mprotect / madvise on the host's own address space.
 #[cfg(unix)]
+// mmap / mprotect / madvise on the host's own address space.
 #[allow(unsafe_code)]
 mod host_range;
 
