@@ -7,6 +7,10 @@ Run by python/gpu_check/run.sh. Each scenario runs in its own process
 (torch's CUDA allocator can be chosen once per process) under a timeout, and
 the whole run stops starting scenarios after --budget seconds (default 450),
 so it ends within 8 minutes; a scenario not started is reported as such.
+--max-timeout caps each scenario's own timeout (for a short lease), and
+summary.json / summary.md are rewritten after every scenario, so a run killed
+from outside keeps what finished. The scenarios run in the order --only gives
+them (default: the order below).
 Without a CUDA device it exits 2 before running anything.
 
 Scenarios (the planned allocator's library on host pages is never used
@@ -249,7 +253,12 @@ def in_process(name):
 # ---- the driver ------------------------------------------------------------------
 
 
+MAX_TIMEOUT = None  # --max-timeout
+
+
 def _run(cmd, timeout, env=None):
+    if MAX_TIMEOUT is not None:
+        timeout = min(timeout, MAX_TIMEOUT)
     t0 = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
@@ -341,8 +350,11 @@ def main(argv=None):
     ap.add_argument("out", nargs="?", help="folder for summary.json and summary.md")
     ap.add_argument("--only", choices=SCENARIOS, action="append")
     ap.add_argument("--budget", type=float, default=450.0, help="seconds after which no scenario is started")
+    ap.add_argument("--max-timeout", type=float, help="cap on each scenario's timeout, seconds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    global MAX_TIMEOUT
+    MAX_TIMEOUT = args.max_timeout
     if args.child:
         print(json.dumps(in_process(args.child)))
         return 0
@@ -357,17 +369,24 @@ def main(argv=None):
               file=sys.stderr)
         return 2
     start = time.perf_counter()
-    results = {}
-    for name in args.only or SCENARIOS:
+    names = args.only or SCENARIOS
+    results = {name: None for name in names}
+
+    def write():
+        total = time.perf_counter() - start
+        (out_dir / "summary.json").write_text(json.dumps({"total_seconds": total, "results": results}, indent=1))
+        (out_dir / "summary.md").write_text(_markdown(results, total))
+
+    for name in names:
         if time.perf_counter() - start > args.budget:
-            results[name] = None
             continue
         results[name] = run_scenario(name, out_dir)
         print(f"{name}: {'ok' if results[name].get('ok') else 'FAILED'} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
-    total = time.perf_counter() - start
-    (out_dir / "summary.json").write_text(json.dumps({"total_seconds": total, "results": results}, indent=1))
-    (out_dir / "summary.md").write_text(_markdown(results, total))
+        if not results[name].get("ok"):
+            print(f"  {name} detail (tail): {json.dumps(results[name])[-2000:]}", flush=True)
+        write()
+    write()
     print((out_dir / "summary.md").read_text())
     return 0 if all(r is not None and r.get("ok") for r in results.values()) else 1
 

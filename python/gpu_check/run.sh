@@ -5,12 +5,15 @@
 # build of torch, and the tensor-arena package (installed, or built here from
 # python/ when cargo and maturin exist). Exits 2 without a GPU.
 #
-#   python/gpu_check/run.sh OUT_DIR        # e.g. run.sh "$OUT"
+#   python/gpu_check/run.sh OUT_DIR [CHECK_ARGS...]   # e.g. run.sh "$OUT" --budget 200
+#
+# CHECK_ARGS go to check.py (--only NAME, --budget S, --max-timeout S).
 #
 # Environment: PYTHON (default python3); TENSOR_ARENA_CACHE (the extension
 # cache, default under OUT_DIR so a fresh machine builds it once).
 set -euo pipefail
-out="${1:?usage: python/gpu_check/run.sh OUT_DIR}"
+out="${1:?usage: python/gpu_check/run.sh OUT_DIR [CHECK_ARGS...]}"
+shift
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 py="${PYTHON:-python3}"
@@ -36,4 +39,4 @@ if ! (cd / && "$py" -c "import tensor_arena") >/dev/null 2>&1; then
     fi
 fi
 cd "$repo"
-exec "$py" "$here/check.py" "$out"
+exec "$py" "$here/check.py" "$out" "$@"

@@ -2,12 +2,14 @@
 //! run time: nothing links against CUDA, and a machine without it fails
 //! with an error naming what was searched.
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 use libloading::Library;
 
 use super::Backing;
+use super::cuda_driver::{CudaRanges, DRIVER_NAMES, Driver};
 use crate::error::{Error, Result};
 
 /// Names tried in order (the soname torch's own wheels load first, so the
@@ -68,6 +70,14 @@ pub struct CudaBacking {
     reservations: u64,
     reserved: u64,
     total: Option<usize>,
+    /// Mapped ranges through the driver's VMM, opened at the first use
+    /// (`map_granularity` or a range call): empty before, `Err` when the
+    /// driver could not be opened (the error is given again by every range
+    /// call, and `map_granularity` answers `None`).
+    ranges: OnceCell<std::result::Result<CudaRanges, String>>,
+    /// Where the driver is looked for (`DRIVER_NAMES` unless a test or a
+    /// caller says otherwise).
+    driver_names: Vec<String>,
     // Keeps the functions above loaded; dropped last.
     _lib: Library,
 }
@@ -146,6 +156,8 @@ impl CudaBacking {
             reservations: 0,
             reserved: 0,
             total: None,
+            ranges: OnceCell::new(),
+            driver_names: DRIVER_NAMES.iter().map(|&n| n.to_owned()).collect(),
             _lib: lib,
         };
         if device.is_none() {
@@ -206,12 +218,66 @@ impl CudaBacking {
     }
 
     fn inside(&self, addr: usize, len: usize) -> Result<()> {
+        if let Some(Ok(r)) = self.ranges.get()
+            && r.holds(addr)
+        {
+            return if r.is_mapped(addr, len) {
+                Ok(())
+            } else {
+                Err(Error::Backing {
+                    backend: format!("cuda:{}", self.device),
+                    reason: format!(
+                        "{len} bytes at {addr:#x} are not inside mapped pages of one range"
+                    ),
+                })
+            };
+        }
         match self.regions.range(..=addr).next_back() {
             Some((&base, &size)) if addr - base + len <= size => Ok(()),
             _ => Err(Error::Backing {
                 backend: format!("cuda:{}", self.device),
                 reason: format!("{len} bytes at {addr:#x} are not inside one reserved region"),
             }),
+        }
+    }
+
+    /// Looks for the driver in `names` instead of the usual sonames (before
+    /// the first range call; a test's way to a missing driver).
+    pub fn with_driver_names(mut self, names: &[&str]) -> CudaBacking {
+        self.driver_names = names.iter().map(|&n| n.to_owned()).collect();
+        self.ranges = OnceCell::new();
+        self
+    }
+
+    /// The driver's VMM, opened at the first call (`map_granularity` or
+    /// a range call): the driver loaded, the device's primary context
+    /// retained, its granularity read. The runtime's device is made
+    /// current first and `cudaFree(NULL)` run, so the primary context
+    /// exists (torch's, when torch runs). A failure is kept and given by
+    /// every later call.
+    fn opened_ranges(&self) -> &std::result::Result<CudaRanges, String> {
+        self.ranges.get_or_init(|| {
+            let names: Vec<&str> = self.driver_names.iter().map(String::as_str).collect();
+            self.on_device(|| {
+                // SAFETY: cudaFree(NULL) frees nothing; it makes the runtime
+                // create the device's primary context if it has not yet.
+                self.check("cudaFree", unsafe { (self.fns.free)(std::ptr::null_mut()) })?;
+                CudaRanges::open(Driver::load(&names)?, self.device)
+            })
+            .map_err(|e| e.to_string())
+        })
+    }
+
+    fn ranges(&mut self) -> Result<&mut CudaRanges> {
+        let _ = self.opened_ranges();
+        let device = self.device;
+        match self.ranges.get_mut() {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(reason)) => Err(Error::Backing {
+                backend: format!("cuda:{device}"),
+                reason: format!("mapped ranges are unavailable: {reason}"),
+            }),
+            None => unreachable!("opened above"),
         }
     }
 }
@@ -299,6 +365,43 @@ impl Backing for CudaBacking {
         self.device
     }
 
+    fn map_granularity(&self) -> Option<usize> {
+        // A driver that cannot be opened answers `None`: the policy keeps
+        // to whole regions.
+        self.opened_ranges()
+            .as_ref()
+            .ok()
+            .map(CudaRanges::granularity)
+    }
+
+    fn reserve_address(&mut self, bytes: usize) -> Result<usize> {
+        self.ranges()?.reserve(bytes)
+    }
+
+    fn map(&mut self, addr: usize, len: usize) -> Result<()> {
+        self.ranges()?.map(addr, len)?;
+        self.reserved += len as u64;
+        Ok(())
+    }
+
+    fn unmap(&mut self, addr: usize, len: usize) -> Result<()> {
+        let r = self.ranges()?;
+        let before = r.mapped_bytes();
+        let out = r.unmap(addr, len);
+        // What was unmapped before an error counts too.
+        let freed = before - r.mapped_bytes();
+        self.reserved -= freed as u64;
+        out
+    }
+
+    fn release_address(&mut self, base: usize) {
+        if let Some(Ok(r)) = self.ranges.get_mut()
+            && let Some(mapped) = r.release(base)
+        {
+            self.reserved -= mapped as u64;
+        }
+    }
+
     fn record_event(&mut self, stream: usize) -> Result<usize> {
         self.on_device(|| {
             let mut event: *mut c_void = std::ptr::null_mut();
@@ -339,8 +442,10 @@ impl Backing for CudaBacking {
     }
 }
 
-// SAFETY: the struct holds plain function pointers and addresses; the CUDA
-// runtime's functions may be called from any thread (the device is set on
-// the calling thread by `on_device`), and the allocator's mutex serialises
-// every use of the region map.
+// SAFETY: the struct holds plain function pointers and addresses, and (in
+// its mapped ranges) the device's primary context handle, which the driver
+// lets any thread make current (`cuCtxSetCurrent`, done around each driver
+// call); the CUDA runtime's functions may be called from any thread (the
+// device is set on the calling thread by `on_device`), and the allocator's
+// mutex serialises every use of the region and range maps.
 unsafe impl Send for CudaBacking {}

@@ -10,6 +10,9 @@ mod capped;
 // The CUDA runtime's functions, dlopen'd, are called through raw pointers.
 #[allow(unsafe_code)]
 mod cuda;
+// The CUDA driver's virtual memory management, dlopen'd likewise.
+#[allow(unsafe_code)]
+mod cuda_driver;
 // The Ascend device handle is made `Send`: one owner, behind the mutex.
 #[allow(unsafe_code)]
 mod device;

@@ -36,6 +36,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,20 @@ using tensor_arena::LibraryTable;
 namespace CCA = c10::cuda::CUDACachingAllocator;
 using torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator;
 
+// The error messages are built by string concatenation and std::to_string,
+// never by c10::str with numbers: that formats through std::ostringstream,
+// and on the H200 machine of 2026-12-04 (torch 2.11.0+cu130, the extension
+// built there by its `c++`) `ostream << unsigned long` inside this library
+// crashed (SIGSEGV in libstdc++'s locale code, cuda-gdb backtrace in
+// docs/verified.md) when the out-of-memory error was raised. A message that
+// is one std::string goes through c10::str untouched (c10/util/StringUtil.h,
+// _str_wrapper<std::string>).
+std::string oom_message(std::size_t size, int device, const LibraryTable& lib) {
+  return "tensor-arena planned CUDA allocator: could not allocate " + std::to_string(size) +
+      " bytes on device " + std::to_string(device) + ": " + tensor_arena::last_error(lib) +
+      "; PlannedAllocator.report() says what the plan and the fallback hold";
+}
+
 // The table is copied once at install and never changed: torch keeps calling
 // the allocator until the process ends.
 std::function<void*(std::size_t, int, cudaStream_t)> alloc_fn(const LibraryTable& lib) {
@@ -63,16 +78,10 @@ std::function<void*(std::size_t, int, cudaStream_t)> alloc_fn(const LibraryTable
       return nullptr;
     }
     void* ptr = lib.alloc(size, device, stream);
-    TORCH_CHECK_WITH(
-        OutOfMemoryError,
-        ptr != nullptr,
-        "tensor-arena planned CUDA allocator: could not allocate ",
-        size,
-        " bytes on device ",
-        device,
-        ": ",
-        tensor_arena::last_error(lib),
-        "; PlannedAllocator.report() says what the plan and the fallback hold");
+    if (ptr == nullptr) {
+      const std::string message = oom_message(size, device, lib);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+    }
     return ptr;
   };
 }
@@ -126,14 +135,15 @@ class PlannedCudaAllocator final : public CUDAPluggableAllocator {
   }
 
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
-    TORCH_CHECK(
-        lib_.set_memory_fraction(fraction, device) == 0,
-        "tensor-arena planned CUDA allocator: set_per_process_memory_fraction(",
-        fraction,
-        ", ",
-        static_cast<int>(device),
-        "): ",
-        tensor_arena::last_error(lib_));
+    if (lib_.set_memory_fraction(fraction, device) != 0) {
+      // Concatenated, not streamed: see oom_message.
+      char shown[32];
+      std::snprintf(shown, sizeof shown, "%g", fraction);
+      const std::string message = "tensor-arena planned CUDA allocator: set_per_process_memory_fraction(" +
+          std::string(shown) + ", " + std::to_string(static_cast<int>(device)) +
+          "): " + tensor_arena::last_error(lib_);
+      TORCH_CHECK(false, message);
+    }
     std::lock_guard<std::mutex> lock(fraction_mutex_);
     fractions_[device] = fraction;
   }
