@@ -4,7 +4,8 @@
 //! `mmap`), a GPU or an NPU does not: a `cudaFree` synchronises the device,
 //! an `aclrtMalloc` per miss stalls the stream. Every figure here is an
 //! **estimate** with its source in docs/device-costs.md; none is a
-//! measurement of the run it is applied to.
+//! measurement of the run it is applied to (the CUDA figures were
+//! measured once, on an H200; the Ascend ones are estimates).
 
 use crate::config::Platform;
 use crate::metered::BackingCalls;
@@ -43,9 +44,7 @@ impl CallCosts {
     pub fn of(platform: Platform) -> CallCosts {
         match platform {
             Platform::Cuda => CUDA,
-            // No public per-call figure for ACL was found: the CUDA figures
-            // stand in for them, an assumption named in docs/device-costs.md.
-            Platform::Npu => CUDA,
+            Platform::Npu => NPU,
         }
     }
 
@@ -63,18 +62,32 @@ impl CallCosts {
     }
 }
 
-/// CUDA per-call estimates (docs/device-costs.md).
+/// CUDA per-call figures measured on one NVIDIA H200 (medians, idle
+/// device; docs/device-costs.md): applied to another run they are
+/// estimates. A release (`cudaFree`) also waits for the work queued on the
+/// device: 20 ms with a 20 ms kernel queued there, not counted here.
 const CUDA: CallCosts = CallCosts {
-    reserve: 50e-6,
-    release: 50e-6,
+    reserve: 54e-6,
+    release: 43e-6,
     release_synchronises: true,
-    reserve_address: 10e-6,
-    release_address: 10e-6,
-    map: 60e-6,
-    unmap: 60e-6,
-    event_record: 2e-6,
-    event_query: 1e-6,
-    event_destroy: 1e-6,
+    reserve_address: 3.7e-6,
+    release_address: 2.0e-6,
+    map: 54e-6,
+    unmap: 37e-6,
+    event_record: 1.6e-6,
+    event_query: 1.3e-6,
+    event_destroy: 1.1e-6,
+};
+
+/// Ascend: `aclrtMalloc` / `aclrtFree` are estimates (50 / 45 µs, no
+/// published timing found; CANN documents that neither synchronises);
+/// the mapped-range and event calls take CUDA's measured figures, an
+/// assumption named in docs/device-costs.md.
+const NPU: CallCosts = CallCosts {
+    reserve: 50e-6,
+    release: 45e-6,
+    release_synchronises: false,
+    ..CUDA
 };
 
 /// The estimated seconds of `calls` on `platform`'s device.

@@ -2,23 +2,37 @@
 //!
 //! Installed as torch's allocator (`torch.cuda.memory.CUDAPluggableAllocator`,
 //! `torch_npu.npu.NPUPluggableAllocator`, or torch's CPU allocator), it
-//! serves the first steps from a live caching allocator while recording
-//! every request (size, stream, order in the step, when it was freed),
-//! plans one slab for a step with tensor-arena's planner at a step
-//! boundary, and serves every later step's `k`-th request at its planned
-//! offset: when the request fits its site and no live block holds any of
-//! the site's bytes (checked on every request, so a program that strays
-//! from its recording never gets memory that overlaps a live block).
-//! Everything else (requests that outlive their step, other streams,
-//! requests outside steps, misses) goes to the fallback, and persistent
-//! misses re-plan at the next boundary. See docs/allocator.md.
+//! records the first steps (every request's size, stream, place in the step
+//! and when it was freed), merges them into one sequence of sites by a
+//! banded alignment ([`align`]), plans one slab for that sequence with
+//! tensor-arena's planner at a step boundary (the step taken as a circle,
+//! cut where the fewest bytes cross it), and serves every later request
+//! whose site a cursor finds at its planned offset, when no live block
+//! holds any of the site's bytes (checked on every request, so a program
+//! that strays from its recording never gets memory that overlaps a live
+//! block). What the plan does not serve (blocks kept past their step, other
+//! streams, requests outside steps, misses) gets a region of its own, and
+//! persistent misses re-plan at the next boundary.
+//!
+//! Every region comes from one reserved address range whose pages are
+//! mapped as they are needed ([`space`]: CUDA's driver VMM, Ascend's
+//! `aclrtMapMem`, host pages under a `PROT_NONE` reservation), so a region
+//! costs no device call, the slab grows in place, idle pages are unmapped
+//! only when a plan changes, and a steady step makes no device call at all.
+//! The figures are whole-run: peak reserved against the live lower bound
+//! and against caching-allocator models fed the same requests, and the
+//! device calls by kind with their estimated cost ([`cost`]). See
+//! docs/allocator.md.
 //!
 //! - [`PlannedAllocator`]: the policy over one [`Backing`];
 //! - [`ffi`]: the C ABI (`tensor_arena_alloc` / `tensor_arena_free` and the
 //!   control functions) over one process-wide allocator;
 //! - [`backing`]: host pages, CUDA (runtime loaded at run time) and Ascend
 //!   (`aclrtMalloc` through the core crate's ACL loading);
-//! - [`Fallback`]: the core crate's caching-allocator model made live.
+//! - [`Fallback`]: the core crate's caching-allocator model made live
+//!   (regions without a mapped range);
+//! - [`space`]: the mapped range's layout; [`Metered`]: every region and
+//!   every backing call counted.
 //!
 //! ```
 //! use tensor_arena_alloc::{Config, PlannedAllocator};

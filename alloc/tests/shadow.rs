@@ -1,6 +1,10 @@
 //! Random programs that stray from their recording, checked against a
 //! shadow map of live blocks: no two live blocks ever share a byte, every
-//! pointer is freed once, nothing is left at reset.
+//! pointer is freed once, nothing is left at reset; and, in the mapped
+//! range as with whole regions, every live block's bytes stay mapped and
+//! its own: each block's first and last bytes carry a tag written at its
+//! allocation and checked at its free (an unmapped page would fault or read
+//! back zeros, a byte handed out twice would carry another block's tag).
 
 mod support;
 
@@ -17,9 +21,42 @@ use tensor_arena_alloc::PlannedAllocator;
 #[derive(Default)]
 struct Shadow(BTreeMap<usize, usize>);
 
+/// The tag of the block at `addr` (never 0: an unmapped page reads 0).
+fn tag(addr: usize) -> u8 {
+    (addr / 512 % 251) as u8 + 1
+}
+
+/// Writes the block's tag into its first and last bytes (host memory).
+fn stamp(addr: usize, size: usize) {
+    // SAFETY: `addr` is a live block of `size` >= 1 bytes of host memory the
+    // allocator just gave (the CPU backend); nothing else writes it.
+    unsafe {
+        std::ptr::write_volatile(addr as *mut u8, tag(addr));
+        std::ptr::write_volatile((addr + size - 1) as *mut u8, tag(addr));
+    }
+}
+
+/// Checks the tag before the block is freed.
+fn verify(addr: usize, size: usize) {
+    // SAFETY: the block is still live (freed right after this check): its
+    // bytes are readable host memory.
+    let (first, last) = unsafe {
+        (
+            std::ptr::read_volatile(addr as *const u8),
+            std::ptr::read_volatile((addr + size - 1) as *const u8),
+        )
+    };
+    assert_eq!(
+        (first, last),
+        (tag(addr), tag(addr)),
+        "the {size}-byte block at {addr:#x} lost its bytes while live"
+    );
+}
+
 impl Shadow {
     fn insert(&mut self, addr: usize, size: usize) {
         let end = addr + size;
+        stamp(addr, size);
         if let Some((&a, &e)) = self.0.range(..end).next_back() {
             assert!(
                 e <= addr,
@@ -29,7 +66,11 @@ impl Shadow {
         assert!(self.0.insert(addr, end).is_none());
     }
     fn remove(&mut self, addr: usize) {
-        assert!(self.0.remove(&addr).is_some(), "{addr:#x} freed twice");
+        let end = self.0.remove(&addr);
+        assert!(end.is_some(), "{addr:#x} freed twice");
+        if let Some(end) = end {
+            verify(addr, end - addr);
+        }
     }
 }
 
@@ -110,8 +151,8 @@ fn program() -> impl Strategy<Value = Program> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
-    fn straying_programs_never_get_overlapping_blocks(prog in program(), seed in any::<u64>(), checked in any::<bool>()) {
-        let mut a = cpu(&format!(r#""checked": {checked}"#));
+    fn straying_programs_never_get_overlapping_blocks(prog in program(), seed in any::<u64>(), checked in any::<bool>(), ranged in any::<bool>()) {
+        let mut a = cpu(&format!(r#""checked": {checked}, "mapped_range": {ranged}"#));
         let mut shadow = Shadow::default();
         let mut kept = Vec::new();
         let mut rng = SmallRng::seed_from_u64(seed);

@@ -40,6 +40,8 @@ type EventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 type EventQuery = unsafe extern "C" fn(*mut c_void) -> c_int;
 /// `cudaError_t cudaEventDestroy(cudaEvent_t event)`
 type EventDestroy = unsafe extern "C" fn(*mut c_void) -> c_int;
+/// `cudaError_t cudaDeviceSynchronize(void)`
+type DeviceSynchronize = unsafe extern "C" fn() -> c_int;
 
 /// `cudaEventDisableTiming` (driver_types.h): events only for ordering,
 /// the cheapest kind (what torch's caching allocator creates).
@@ -60,6 +62,7 @@ struct Fns {
     event_record: EventRecord,
     event_query: EventQuery,
     event_destroy: EventDestroy,
+    device_synchronize: DeviceSynchronize,
 }
 
 /// Device memory of one CUDA device.
@@ -147,6 +150,9 @@ impl CudaBacking {
                 event_destroy: std::mem::transmute::<*const c_void, EventDestroy>(sym(
                     "cudaEventDestroy",
                 )?),
+                device_synchronize: std::mem::transmute::<*const c_void, DeviceSynchronize>(sym(
+                    "cudaDeviceSynchronize",
+                )?),
             }
         };
         let mut backing = CudaBacking {
@@ -186,6 +192,16 @@ impl CudaBacking {
     }
 
     /// Runs `f` with this backing's device current, restoring the caller's.
+    /// Waits for every stream of the device (`cudaDeviceSynchronize`).
+    fn synchronize(&self) -> Result<()> {
+        self.on_device(|| {
+            // SAFETY: a plain call without arguments on the current device.
+            self.check("cudaDeviceSynchronize", unsafe {
+                (self.fns.device_synchronize)()
+            })
+        })
+    }
+
     fn on_device<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let mut previous: c_int = 0;
         // SAFETY: cudaGetDevice writes one int through a valid pointer.
@@ -385,6 +401,12 @@ impl Backing for CudaBacking {
     }
 
     fn unmap(&mut self, addr: usize, len: usize) -> Result<()> {
+        // cuMemUnmap / cuMemRelease do not wait for work queued on the
+        // device (unlike cudaFree; measured on an H200, docs/device-costs.md):
+        // kernels that used these pages before their blocks were freed may
+        // still run. Wait for the device first. Unmaps are rare (a plan
+        // changes, empty_cache), never in a steady step.
+        self.synchronize()?;
         let r = self.ranges()?;
         let before = r.mapped_bytes();
         let out = r.unmap(addr, len);
@@ -395,6 +417,10 @@ impl Backing for CudaBacking {
     }
 
     fn release_address(&mut self, base: usize) {
+        // As for unmap: pages still mapped are released with the range.
+        if self.synchronize().is_err() {
+            return;
+        }
         if let Some(Ok(r)) = self.ranges.get_mut()
             && let Some(mapped) = r.release(base)
         {
