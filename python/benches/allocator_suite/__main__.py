@@ -333,8 +333,16 @@ def run_loop(name, args, out, env):
     row["planned_over_caching"] = ratio(row["planned_peak_reserved_bytes"], row["caching_peak_reserved_bytes"])
     row["planned_over_expandable"] = ratio(row["planned_peak_reserved_bytes"], row["expandable_peak_reserved_bytes"])
     for key in ("served_share", "replans", "plans", "misses", "fallback_allocations_max_step",
-                "fallback_allocations_last_step", "slab_bytes", "slab_ratio", "steps", "errors"):
+                "fallback_allocations_last_step", "slab_bytes", "slab_ratio", "steps", "errors",
+                "lower_bound_bytes", "lower_bound_ratio", "backing_calls_max_steady_step",
+                "device_call_seconds_estimate"):
         row[key] = s.get(key)
+    # Device calls that take or give memory (events aside), whole run; the caching model's
+    # device allocations over the same run.
+    calls = s.get("backing_calls") or {}
+    row["device_calls"] = sum(calls.get(k, 0) for k in (
+        "reserve", "release", "reserve_address", "release_address", "map", "unmap")) if calls else None
+    row["caching_device_allocations"] = get(s, "caching_model", "device_allocations")
     trace = dirs["planned"] / "trace-0.csv"
     row["trace_bytes"] = trace.stat().st_size if trace.is_file() else None
     row["replayed"] = replay_planned(trace, launcher_policy(args.launcher_args))
@@ -426,7 +434,9 @@ def table(rows):
             "| planned / caching | planned / expandable "
             "| stats: peak reserved planned / caching / expandable MiB | stats: fragmentation planned / caching / "
             "expandable | served | re-plans | fallback allocations max / last step "
-            "| served steps with fallback allocations | step time planned / torch |")
+            "| served steps with fallback allocations | step time planned / torch "
+            "| live lower bound MiB | planned / lower bound | caching / lower bound "
+            "| device calls (steady max) / caching model allocations |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         tc, te, rp = (r.get(k) or {} for k in ("trace_caching_model", "trace_expandable_model", "replayed"))
@@ -444,19 +454,26 @@ def table(rows):
             f"{pct(r['expandable_fragmentation'])} "
             f"| {pct(r['served_share'], floor=True)} | {num(r['replans'], '{}')} "
             f"| {num(r['fallback_allocations_max_step'], '{}')} / {num(r['fallback_allocations_last_step'], '{}')} "
-            f"| {steps_with_fallback(rp)} | {num(r['step_time_ratio'], '{:.3f}')} |"
+            f"| {steps_with_fallback(rp)} | {num(r['step_time_ratio'], '{:.3f}')} "
+            f"| {mib(r.get('lower_bound_bytes'))} | {num(r.get('lower_bound_ratio'), '{:.3f}')} "
+            f"| {num(ratio(tc.get('peak_reserved_bytes'), r.get('lower_bound_bytes')), '{:.3f}')} "
+            f"| {num(r.get('device_calls'), '{}')} ({num(r.get('backing_calls_max_steady_step'), '{}')}) / "
+            f"{num(r.get('caching_device_allocations'), '{}')} |"
         )
     g = geomean(r["whole_run_planned_over_caching"] for r in rows)
     ge = geomean(r["whole_run_planned_over_expandable"] for r in rows)
     gs = geomean(r["planned_over_caching"] for r in rows)
     gse = geomean(r["planned_over_expandable"] for r in rows)
+    glb = geomean(r.get("lower_bound_ratio") for r in rows)
     windows = sorted({r.get("windows") for r in rows})
     lines.append("")
     lines.append(f"Geometric mean, whole run (trace replay): planned / caching {num(g, '{:.3f}')}, "
                  f"planned / expandable {num(ge, '{:.3f}')}; from the stats ({', '.join(windows)}): "
-                 f"planned / caching {num(gs, '{:.3f}')}, planned / expandable {num(gse, '{:.3f}')}.")
+                 f"planned / caching {num(gs, '{:.3f}')}, planned / expandable {num(gse, '{:.3f}')}; "
+                 f"planned / live lower bound {num(glb, '{:.3f}')}.")
     return "\n".join(lines), {"whole_run_planned_over_caching": g, "whole_run_planned_over_expandable": ge,
-                              "stats_planned_over_caching": gs, "stats_planned_over_expandable": gse}
+                              "stats_planned_over_caching": gs, "stats_planned_over_expandable": gse,
+                              "planned_over_lower_bound": glb}
 
 
 def versions():
