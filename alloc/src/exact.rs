@@ -56,7 +56,9 @@ impl ExactPool {
         let addr = if low {
             backing.reserve_low_keep(asked as usize).ok()?
         } else {
-            backing.reserve(asked as usize).ok()?
+            // From the stream's own range: bytes freed on one stream are not
+            // handed to another while it may still use them.
+            backing.reserve_for(asked as usize, stream).ok()?
         };
         // What the device really set aside (the host rounds large regions
         // to 2 MiB pages).

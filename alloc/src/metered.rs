@@ -26,9 +26,13 @@ pub struct Metered {
     /// mapped now).
     ranges: BTreeMap<usize, (u64, u64)>,
     calls: BackingCalls,
-    /// The one range every region is taken from, when the backing has
-    /// mapped ranges and the policy uses them ([`Metered::use_space`]).
-    space: Option<Space>,
+    /// The ranges regions are taken from, one per stream (the default
+    /// stream's first), when the backing has mapped ranges and the policy
+    /// uses them ([`Metered::use_space`]).
+    spaces: Vec<(u32, Space)>,
+    /// Bytes of address space each range reserves, and the mapping unit.
+    space_bytes: usize,
+    page: usize,
     /// Map at least this many bytes when the range's mapped pages must
     /// grow for a region (0: only the pages it needs).
     chunk: usize,
@@ -106,7 +110,9 @@ impl Metered {
             trace: None,
             ranges: BTreeMap::new(),
             calls: BackingCalls::default(),
-            space: None,
+            spaces: Vec::new(),
+            space_bytes: 0,
+            page: 0,
             chunk: 0,
             trim_min: 0,
         }
@@ -120,10 +126,13 @@ impl Metered {
         self.trim_min = trim_min;
     }
 
-    /// Takes every region from one range of `bytes` of address space
-    /// (rounded up to the backing's granularity) from now on; `false`,
-    /// and regions as before, when the backing has no mapped ranges or
-    /// refuses the range.
+    /// Takes every region from mapped ranges of `bytes` of address space
+    /// each (rounded up to the backing's granularity) from now on: one for
+    /// the default stream, reserved now, and one for each other stream a
+    /// region is asked for on, reserved then (freed bytes are reused only
+    /// by their own stream, as the caching allocator's pools are: another
+    /// stream may still use them). `false`, and regions as before, when the
+    /// backing has no mapped ranges or refuses the range.
     pub fn use_space(&mut self, bytes: usize) -> bool {
         let Some(page) = self.inner.map_granularity() else {
             return false;
@@ -132,65 +141,99 @@ impl Metered {
         let Some(bytes) = bytes.max(page).checked_next_multiple_of(page) else {
             return false;
         };
-        match self.reserve_address(bytes) {
-            Ok(base) => {
-                self.space = Some(Space::new(base, bytes, page));
-                true
-            }
-            Err(_) => false,
-        }
+        self.space_bytes = bytes;
+        self.page = page;
+        self.space_of(0).is_some()
     }
 
-    /// A region of `bytes` from the low end of the range, as a slab's, but
-    /// leaving idle pages mapped (a temporary of a recorded step: the slab
-    /// takes its pages over later).
+    /// The index of `stream`'s range, reserved now if it has none yet.
+    fn space_of(&mut self, stream: u32) -> Option<usize> {
+        if let Some(i) = self.spaces.iter().position(|(s, _)| *s == stream) {
+            return Some(i);
+        }
+        if self.space_bytes == 0 {
+            return None;
+        }
+        let base = self.reserve_address(self.space_bytes).ok()?;
+        self.spaces
+            .push((stream, Space::new(base, self.space_bytes, self.page)));
+        Some(self.spaces.len() - 1)
+    }
+
+    /// A region of `bytes` from the low end of the default stream's range,
+    /// as a slab's, but leaving idle pages mapped.
     pub fn reserve_low_keep(&mut self, bytes: usize) -> Result<usize> {
-        if self.space.is_none() {
-            return self.reserve(bytes);
-        }
-        self.reserve_in_space(bytes, End::Low, false)
+        self.reserve_on(bytes, 0, End::Low, false)
     }
 
-    /// The range's layout, if regions come from one.
+    /// The default stream's range, if regions come from mapped ranges.
     pub fn space(&self) -> Option<&Space> {
-        self.space.as_ref()
+        self.spaces.first().map(|(_, s)| s)
     }
 
-    /// A region of `bytes` from the low end of the range (the slab's end),
-    /// unmapping first every idle page outside it (so the pages it maps are
-    /// never held beside pages nobody uses); a plain region without a
-    /// range.
+    /// Bytes mapped in every range.
+    pub fn mapped_bytes(&self) -> usize {
+        self.spaces.iter().map(|(_, s)| s.mapped_bytes()).sum()
+    }
+
+    /// The longest run of idle mapped pages of any range (bytes a region
+    /// can take without a device call).
+    pub fn largest_idle_run(&self) -> usize {
+        self.spaces
+            .iter()
+            .filter_map(|(_, s)| s.trimmable(None).first().map(|&(_, l)| l))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A region of `bytes` from the low end of the default stream's range
+    /// (the slab's end), unmapping first every idle page outside it (so
+    /// the pages it maps are never held beside pages nobody uses); a plain
+    /// region without a range.
     pub fn reserve_low(&mut self, bytes: usize) -> Result<usize> {
-        if self.space.is_none() {
-            return self.reserve(bytes);
-        }
-        self.reserve_in_space(bytes, End::Low, true)
+        self.reserve_on(bytes, 0, End::Low, true)
     }
 
-    /// Unmaps the range's idle pages (no live region touches them), the
+    /// A region of `bytes` for a block on `stream` (a small id, 0 the
+    /// default stream): from the high end of that stream's range, or a
+    /// plain region without ranges.
+    pub fn reserve_for(&mut self, bytes: usize, stream: u32) -> Result<usize> {
+        self.reserve_on(bytes, stream, End::High, false)
+    }
+
+    /// Unmaps the ranges' idle pages (no live region touches them), the
     /// largest runs first, at most `max_calls` runs; the bytes unmapped.
     pub fn trim(&mut self, max_calls: usize) -> usize {
-        let Some(space) = &self.space else {
-            return 0;
-        };
-        let mut runs = space.trimmable(None);
-        runs.retain(|&(_, l)| l >= self.trim_min);
-        self.unmap_runs(&runs[..runs.len().min(max_calls)])
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        for (i, (_, space)) in self.spaces.iter().enumerate() {
+            runs.extend(
+                space
+                    .trimmable(None)
+                    .into_iter()
+                    .filter(|&(_, l)| l >= self.trim_min)
+                    .map(|(o, l)| (i, o, l)),
+            );
+        }
+        runs.sort_by_key(|&(i, o, l)| (std::cmp::Reverse(l), i, o));
+        runs.truncate(max_calls);
+        runs.into_iter()
+            .map(|(i, o, l)| self.unmap_runs(i, &[(o, l)]))
+            .sum()
     }
 
-    /// Bytes mapped in the range that no live region touches.
+    /// Bytes mapped in the ranges that no live region touches.
     pub fn idle_mapped_bytes(&self) -> usize {
-        self.space.as_ref().map_or(0, Space::idle_mapped_bytes)
+        self.spaces.iter().map(|(_, s)| s.idle_mapped_bytes()).sum()
     }
 
-    fn unmap_runs(&mut self, runs: &[(usize, usize)]) -> usize {
+    fn unmap_runs(&mut self, i: usize, runs: &[(usize, usize)]) -> usize {
         let mut done = 0;
         for &(off, len) in runs {
-            let Some(base) = self.space.as_ref().map(Space::base) else {
+            let Some(base) = self.spaces.get(i).map(|(_, s)| s.base()) else {
                 break;
             };
             if self.unmap(base + off, len).is_ok() {
-                if let Some(s) = self.space.as_mut() {
+                if let Some((_, s)) = self.spaces.get_mut(i) {
                     s.note_unmapped(off, len);
                 }
                 done += len;
@@ -199,20 +242,26 @@ impl Metered {
         done
     }
 
-    fn reserve_in_space(&mut self, bytes: usize, end: End, trim_first: bool) -> Result<usize> {
-        let Some(space) = self.space.as_ref() else {
-            return self.reserve(bytes);
+    fn reserve_on(
+        &mut self,
+        bytes: usize,
+        stream: u32,
+        end: End,
+        trim_first: bool,
+    ) -> Result<usize> {
+        let Some(i) = self.space_of(stream) else {
+            return self.reserve_region(bytes);
         };
-        let Some(off) = space.place(bytes, end) else {
+        let Some(off) = self.spaces[i].1.place(bytes, end) else {
             // The range is full: a region of its own.
             return self.reserve_region(bytes);
         };
         if trim_first {
-            let mut runs = space.trimmable(Some((off, bytes)));
+            let mut runs = self.spaces[i].1.trimmable(Some((off, bytes)));
             runs.retain(|&(_, l)| l >= self.trim_min);
-            self.unmap_runs(&runs);
+            self.unmap_runs(i, &runs);
         }
-        let base = self.space.as_ref().map_or(0, Space::base);
+        let base = self.spaces[i].1.base();
         // The slab maps what it needs; other regions map in chunks that
         // grow with the range (an eighth of what is mapped, at least
         // `chunk / 4`, at most 32 chunks), so the calls grow with the
@@ -221,23 +270,17 @@ impl Metered {
         let chunk = if trim_first {
             0
         } else {
-            let mapped = self.space.as_ref().map_or(0, Space::mapped_bytes);
+            let mapped = self.spaces[i].1.mapped_bytes();
             (mapped / 8).clamp(self.chunk / 4, self.chunk.saturating_mul(32))
         };
-        let runs = self
-            .space
-            .as_ref()
-            .map_or_else(Vec::new, |s| s.runs_to_map(off, bytes, end, chunk));
-
+        let runs = self.spaces[i].1.runs_to_map(off, bytes, end, chunk);
         for (ro, rl) in runs {
             self.map(base + ro, rl)?;
-            if let Some(s) = self.space.as_mut() {
-                s.note_mapped(ro, rl);
-            }
+            self.spaces[i].1.note_mapped(ro, rl);
         }
-        self.space
-            .as_mut()
-            .and_then(|s| s.take(off, bytes))
+        self.spaces[i]
+            .1
+            .take(off, bytes)
             .ok_or_else(|| crate::error::Error::Backing {
                 backend: self.inner.name(),
                 reason: format!("{bytes} bytes at offset {off} of the range: not free"),
@@ -263,10 +306,8 @@ impl Metered {
     fn add(&mut self, bytes: u64) {
         self.current += bytes;
         if self.current > self.peak && std::env::var_os("TA_DEBUG_PEAK").is_some() {
-            let (idle, regions) = self
-                .space
-                .as_ref()
-                .map_or((0, 0), |s| (s.idle_mapped_bytes(), s.live_regions()));
+            let idle = self.idle_mapped_bytes();
+            let regions: usize = self.spaces.iter().map(|(_, s)| s.live_regions()).sum();
             eprintln!(
                 "PEAK {} (+{bytes}) idle_mapped {idle} live_regions {regions} map {} unmap {}",
                 self.current, self.calls.map, self.calls.unmap
@@ -323,16 +364,13 @@ impl Backing for Metered {
     }
 
     fn reserve(&mut self, bytes: usize) -> Result<usize> {
-        if self.space.is_some() {
-            return self.reserve_in_space(bytes, End::High, false);
-        }
-        self.reserve_region(bytes)
+        self.reserve_on(bytes, 0, End::High, false)
     }
 
     fn release(&mut self, addr: usize) {
-        // A region of the range: free again, its pages stay mapped until
-        // the policy trims them.
-        if let Some(s) = self.space.as_mut()
+        // A region of a range: free again (for its own stream), its pages
+        // stay mapped until the policy trims them.
+        if let Some((_, s)) = self.spaces.iter_mut().find(|(_, s)| s.contains(addr))
             && s.give_back(addr).is_some()
         {
             return;

@@ -236,7 +236,7 @@ impl PlannedAllocator {
     /// are the pages the device holds and the calls made for them.
     pub(super) fn sync_range(&mut self) {
         let calls = self.backing.calls();
-        let mapped = self.backing.space().map_or(0, |s| s.mapped_bytes() as u64);
+        let mapped = self.backing.mapped_bytes() as u64;
         let (bytes, maps, unmaps) = self.side.range_seen;
         if (mapped, calls.map, calls.unmap) == (bytes, maps, unmaps) {
             return;
@@ -597,9 +597,7 @@ impl PlannedAllocator {
             .largest_free_block()
             .max(self.scratch.model().largest_free_block());
         // A mapped range's idle pages serve without a device call too.
-        let idle = self.backing.space().map_or(0, |s| {
-            s.trimmable(None).first().map_or(0, |&(_, len)| len as u64)
-        });
+        let idle = self.backing.largest_idle_run() as u64;
         pools
             .max(idle)
             .max(self.slab.as_ref().map_or(0, |s| self.largest_gap(s)))
