@@ -25,6 +25,9 @@ use crate::trace::TraceLog;
 // reuse, empty_cache, the memory fraction (hooks called below).
 mod streams;
 use streams::Freeing;
+// Request phases (training, eval passes): the caller's mark and the
+// reading at each request.
+mod phases;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -166,6 +169,8 @@ pub struct PlannedAllocator {
     trace: Option<TraceLog>,
     /// Device statistics and stream state (allocator/streams.rs).
     side: streams::Side,
+    /// The phase requests are made in (allocator/phases.rs).
+    phases: crate::request_phase::PhaseState,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -253,6 +258,7 @@ impl PlannedAllocator {
             last_null: String::new(),
             trace: None,
             side: streams::Side::new(caching_config(platform).max_split_size),
+            phases: Default::default(),
         }
     }
 
@@ -317,7 +323,7 @@ impl PlannedAllocator {
         let stream = self.stream_id(stream);
         self.counters.requests += 1;
         let origin = if self.in_step {
-            let k = self.records.push(size64, stream);
+            let k = self.records.push(size64, stream, self.phases.current);
             self.clock += 1;
             Origin { step: self.step, k }
         } else {
@@ -862,7 +868,7 @@ impl PlannedAllocator {
             self.counters.misses.stream += 1;
             return Err(false);
         }
-        match slab.serve(origin, size, stream) {
+        match slab.serve(origin, size, stream, self.phases.current) {
             Ok((addr, slot)) => {
                 if self.take_slab_block(addr, slot, size) {
                     Ok(addr)
