@@ -102,6 +102,11 @@ pub struct SitePlan {
     /// of that phase went: where a step's cursor of that phase starts
     /// (past a block of requests that only some steps make).
     pub entry: [usize; 2],
+    /// Per phase: every place in its sequence a recorded step's first
+    /// request of that phase went, the most frequent first (`entry`
+    /// leads): a step that begins with a block only some steps make (an
+    /// eval pass) starts at its own.
+    pub entries: [Vec<usize>; 2],
     /// Whether the placement proved itself optimal.
     pub optimal: bool,
     /// Wall time of the placement, in seconds.
@@ -308,7 +313,7 @@ pub fn plan(
         rank[j] = seq.len() as u32;
         seq.push(j as u32);
     }
-    let entry = RequestPhase::ALL.map(|phase| {
+    let entries = RequestPhase::ALL.map(|phase| {
         let mut firsts: Vec<u32> = steps
             .iter()
             .zip(&maps)
@@ -318,17 +323,18 @@ pub fn plan(
             })
             .collect();
         firsts.sort_unstable();
-        let mut best = (0usize, 0u32);
+        // (count, place), the most frequent first, the earliest of equals.
+        let mut counted: Vec<(usize, usize)> = Vec::new();
         let mut i = 0;
         while i < firsts.len() {
             let j = i + firsts[i..].iter().take_while(|&&f| f == firsts[i]).count();
-            if j - i > best.0 {
-                best = (j - i, firsts[i]);
-            }
+            counted.push((j - i, firsts[i] as usize));
             i = j;
         }
-        best.1 as usize
+        counted.sort_by_key(|&(count, place)| (std::cmp::Reverse(count), place));
+        counted.into_iter().map(|(_, place)| place).collect::<Vec<usize>>()
     });
+    let entry = [0, 1].map(|p: usize| entries[p].first().copied().unwrap_or(0));
     let n = shapes.len();
     let stream = planned_stream(steps);
     #[derive(Clone, Copy, Default)]
@@ -506,6 +512,7 @@ pub fn plan(
         steps: steps.iter().map(|s| s.step).collect(),
         sequences,
         entry,
+        entries,
         optimal,
         placement_seconds,
     }

@@ -320,12 +320,24 @@ impl PlannedSlab {
         let p = phase.index();
         let (sites, seq) = (&self.plan.sites, &self.plan.sequences[p]);
         let shape = |&k: &u32| sites[k as usize].shape();
-        let mut found = align::find(seq, shape, self.cursor[p], size, stream);
+        let cursor = self.cursor[p];
+        let mut found = align::find(seq, shape, cursor, size, stream);
         // The step's first request of the phase: most steps start at the
-        // entry site, a step that starts with a block only some steps make
-        // (an eval pass) at the first site.
-        if found.is_none() && !self.begun[p] && self.cursor[p] == self.plan.entry[p] {
-            found = align::find(seq, shape, 0, size, stream);
+        // entry site; a step that starts with a block only some steps make
+        // (an eval pass) at the place a recorded step like it started, when
+        // that site is the request's own (and the entry's is not); else at
+        // the first site, when only that one matches.
+        if !self.begun[p] && cursor == self.plan.entry[p] && found != Some(cursor) {
+            let own = |&e: &usize| {
+                seq.get(e).is_some_and(|&k| {
+                    let s = sites[k as usize].shape();
+                    s.stream == stream && s.min <= size && size <= s.max
+                })
+            };
+            found = match self.plan.entries[p].iter().skip(1).find(|e| own(e)) {
+                Some(&e) => Some(e),
+                None => found.or_else(|| align::find(seq, shape, 0, size, stream)),
+            };
         }
         self.begun[p] = true;
         let Some(j) = found.or_else(|| self.rejoin(size, stream, phase)) else {
