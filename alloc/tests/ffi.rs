@@ -68,6 +68,7 @@ fn replay(events: &[TraceEvent]) -> u64 {
                     tensor_arena_free(p as *mut _, 0, 0, std::ptr::null_mut());
                 }
             }
+            TraceEvent::Phase(p) => assert_eq!(tensor_arena_set_phase(p.code() as i32), 0),
             TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
         }
     }
@@ -177,4 +178,30 @@ fn bad_input_through_the_c_abi_is_counted() {
     // SAFETY: a NUL-terminated string.
     assert_eq!(unsafe { tensor_arena_configure(bad.as_ptr()) }, -1);
     assert!(last_error().contains("bogus"));
+}
+
+#[test]
+fn request_phases_through_the_c_abi_and_bad_phases_refused() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    configure(r#"{"backend": "cpu", "log_errors": false}"#);
+    for bad in [2, -1, 7, i32::MIN] {
+        assert_eq!(tensor_arena_set_phase(bad), -1);
+        let why = last_error();
+        assert!(
+            why.contains(&format!("request phase {bad}")) && why.contains("0 (train) or 1 (eval)"),
+            "{why}"
+        );
+        assert!(tensor_arena_alloc_phase(100, 0, std::ptr::null_mut(), bad).is_null());
+        assert!(last_error().contains("0 (train) or 1 (eval)"));
+    }
+    // Refused phases counted no request.
+    assert_eq!(stats()["requests"], 0);
+    assert_eq!(tensor_arena_set_phase(1), 0);
+    assert_eq!(tensor_arena_set_phase(0), 0);
+    let p = tensor_arena_alloc_phase(100, 0, std::ptr::null_mut(), 1);
+    let q = tensor_arena_alloc_phase(100, 0, std::ptr::null_mut(), 0);
+    assert!(!p.is_null() && !q.is_null());
+    tensor_arena_free(p, 100, 0, std::ptr::null_mut());
+    tensor_arena_free(q, 100, 0, std::ptr::null_mut());
+    assert_eq!(stats()["requests"], 2);
 }
