@@ -26,10 +26,15 @@ namespace tensor_arena {
 using GraphTaskIdFn = int (*)();
 
 inline GraphTaskIdFn graph_task_id_fn() {
-  // Resolved once (a thread-safe static); libtorch_cpu is loaded by torch
-  // before any allocation reaches an extension.
-  static const GraphTaskIdFn fn = reinterpret_cast<GraphTaskIdFn>(
-      dlsym(RTLD_DEFAULT, "_ZN5torch8autograd25get_current_graph_task_idEv"));
+  // Resolved once (a thread-safe static). torch loads libtorch_cpu before any
+  // allocation reaches an extension, but not into the global scope: the
+  // loaded copy is found by its soname.
+  static const GraphTaskIdFn fn = [] {
+    const char* name = "_ZN5torch8autograd25get_current_graph_task_idEv";
+    void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+    void* sym = lib != nullptr ? dlsym(lib, name) : dlsym(RTLD_DEFAULT, name);
+    return reinterpret_cast<GraphTaskIdFn>(sym);
+  }();
   return fn;
 }
 
