@@ -332,7 +332,10 @@ pub fn plan(
             i = j;
         }
         counted.sort_by_key(|&(count, place)| (std::cmp::Reverse(count), place));
-        counted.into_iter().map(|(_, place)| place).collect::<Vec<usize>>()
+        counted
+            .into_iter()
+            .map(|(_, place)| place)
+            .collect::<Vec<usize>>()
     });
     let entry = [0, 1].map(|p: usize| entries[p].first().copied().unwrap_or(0));
     let n = shapes.len();

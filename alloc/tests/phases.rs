@@ -31,8 +31,6 @@ struct Loop {
     events: Vec<TraceEvent>,
     next: usize,
     phase: RequestPhase,
-    /// Whether phase lines are written.
-    phases: bool,
 }
 
 impl Loop {
@@ -56,7 +54,7 @@ impl Loop {
     }
 
     fn phase(&mut self, p: RequestPhase) {
-        if self.phases && p != self.phase {
+        if p != self.phase {
             self.events.push(TraceEvent::Phase(p));
         }
         self.phase = p;
@@ -77,12 +75,11 @@ impl Loop {
         }
     }
 
-    fn build(steps: u64, phases: bool) -> Vec<TraceEvent> {
+    fn build(steps: u64) -> Vec<TraceEvent> {
         let mut l = Loop {
             events: Vec::new(),
             next: 0,
             phase: RequestPhase::Train,
-            phases,
         };
         let _weights: Vec<usize> = PARAMS.iter().map(|&s| l.alloc(s)).collect();
         let mut grads: Vec<usize> = Vec::new();
@@ -149,7 +146,7 @@ fn decisions(s: &Stats) -> Stats {
 
 #[test]
 fn eval_passes_are_served_from_sites_of_their_own() {
-    let events = Loop::build(60, true);
+    let events = Loop::build(60);
     let p = replay::replay(&events, &quiet()).unwrap();
     assert!(
         p.served_share >= 0.99,
@@ -179,7 +176,7 @@ fn eval_passes_are_served_from_sites_of_their_own() {
 
 #[test]
 fn every_eval_request_takes_an_eval_site() {
-    let events = Loop::build(60, true);
+    let events = Loop::build(60);
     let mut a = PlannedAllocator::new(
         Config::from_json(r#"{"backend": "cpu", "log_errors": false}"#).unwrap(),
     )
@@ -225,7 +222,7 @@ fn every_eval_request_takes_an_eval_site() {
 
 #[test]
 fn the_trace_records_the_phases_and_its_replay_equals_the_live_run() {
-    let events = Loop::build(25, true);
+    let events = Loop::build(25);
     let dir = std::env::temp_dir().join(format!("ta-phases-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.csv");
@@ -268,42 +265,4 @@ fn a_trace_without_phase_lines_replays_as_all_training() {
     let plan = a.plan.unwrap();
     assert!(plan.sequences[1].is_empty());
     assert!(plan.sites.iter().all(|s| s.phase == RequestPhase::Train));
-}
-
-#[test]
-fn probe() {
-    let name = std::env::var("PROBE").unwrap_or_default();
-    let events = if name.is_empty() { Loop::build(60, true) } else {
-        trace::read(std::path::Path::new(&name)).unwrap()
-    };
-    let mut a = PlannedAllocator::new(
-        Config::from_json(r#"{"backend": "cpu", "log_errors": false}"#).unwrap(),
-    )
-    .unwrap();
-    let mut live: HashMap<usize, usize> = HashMap::new();
-    let mut last = (0u64, 0u64);
-    for e in &events {
-        match *e {
-            TraceEvent::StepBegin => a.step_begin().unwrap(),
-            TraceEvent::StepEnd => {
-                a.step_end().unwrap();
-                let s = a.stats();
-                let now = (s.requests_after_warmup, s.served_from_plan);
-                let (r, sv) = (now.0 - last.0, now.1 - last.1);
-                if r != sv { eprintln!("step {}: {} of {} not served, plans {} misses {:?}", s.steps, r - sv, r, s.plans, s.misses); }
-                last = now;
-            }
-            TraceEvent::Phase(p) => a.set_request_phase(p),
-            TraceEvent::Alloc { addr, size, .. } => {
-                if let Some(got) = a.alloc(size, 0, 0) { live.insert(addr, got); }
-            }
-            TraceEvent::Free { addr, .. } => {
-                if let Some(p) = live.remove(&addr) {
-                    a.free(p);
-                }
-            }
-            _ => {}
-        }
-    }
-    eprintln!("{:.4}", a.stats().served_share);
 }
