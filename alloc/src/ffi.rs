@@ -103,8 +103,9 @@ unsafe fn write_out(text: &str, buf: *mut c_char, cap: usize) -> usize {
 }
 
 /// Allocates `size` bytes for `device` on `stream` (torch's
-/// pluggable-allocator signature). NULL when out of memory, for size 0 and
-/// for bad input (counted in the stats' `errors`).
+/// pluggable-allocator signature), a request of phase 0 read (the mark of
+/// `tensor_arena_set_phase` still makes it eval). NULL when out of memory,
+/// for size 0 and for bad input (counted in the stats' `errors`).
 #[unsafe(no_mangle)]
 pub extern "C" fn tensor_arena_alloc(
     size: usize,
@@ -116,7 +117,9 @@ pub extern "C" fn tensor_arena_alloc(
         let Some(a) = g.allocator_for(Some(device)) else {
             return std::ptr::null_mut();
         };
-        match a.alloc(size, device, stream as usize) {
+        // No phase read at the request: training, unless the caller's
+        // mark (tensor_arena_set_phase) says eval.
+        match a.alloc_phase(size, device, stream as usize, RequestPhase::Train) {
             Some(addr) => addr as *mut c_void,
             None => {
                 // torch raises its out-of-memory error; this is the why.

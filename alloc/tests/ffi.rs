@@ -196,12 +196,50 @@ fn request_phases_through_the_c_abi_and_bad_phases_refused() {
     }
     // Refused phases counted no request.
     assert_eq!(stats()["requests"], 0);
+
+    // The phases requests get, as the trace records them: a reading of
+    // eval, a plain alloc (read as train), a mark of eval that holds over
+    // a reading of train, the mark taken back.
+    let dir = std::env::temp_dir().join(format!("ta-ffi-phase-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.csv");
+    configure(&format!(
+        r#"{{"backend": "cpu", "log_errors": false, "trace": "{}"}}"#,
+        path.display()
+    ));
+    let null = std::ptr::null_mut();
+    assert_eq!(tensor_arena_step_begin(), 0);
+    let mut got = vec![tensor_arena_alloc_phase(100, 0, null, 1)];
+    got.push(tensor_arena_alloc(100, 0, null));
     assert_eq!(tensor_arena_set_phase(1), 0);
+    got.push(tensor_arena_alloc_phase(100, 0, null, 0));
     assert_eq!(tensor_arena_set_phase(0), 0);
-    let p = tensor_arena_alloc_phase(100, 0, std::ptr::null_mut(), 1);
-    let q = tensor_arena_alloc_phase(100, 0, std::ptr::null_mut(), 0);
-    assert!(!p.is_null() && !q.is_null());
-    tensor_arena_free(p, 100, 0, std::ptr::null_mut());
-    tensor_arena_free(q, 100, 0, std::ptr::null_mut());
-    assert_eq!(stats()["requests"], 2);
+    got.push(tensor_arena_alloc_phase(100, 0, null, 0));
+    for &p in &got {
+        assert!(!p.is_null());
+        tensor_arena_free(p, 100, 0, null);
+    }
+    assert_eq!(stats()["requests"], 4);
+    // The step's end flushes the trace.
+    assert_eq!(tensor_arena_step_end(), 0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("phase") || l.starts_with("alloc"))
+        .map(|l| if l.starts_with("alloc") { "alloc" } else { l })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "phase,0,1,0",
+            "alloc",
+            "phase,0,0,0",
+            "alloc",
+            "phase,0,1,0",
+            "alloc",
+            "phase,0,0,0",
+            "alloc"
+        ]
+    );
 }
