@@ -714,7 +714,7 @@ impl PlannedAllocator {
 
     /// Drops plans, slabs and the fallback's cache. Returns the live blocks
     /// found (their memory is released too: they count as leaked) and
-    /// starts over in warm-up with the same settings.
+    /// starts over in warm-up with the same settings and request phase.
     pub fn reset(&mut self) -> usize {
         self.forget_streams();
         let leaked = self.live_blocks();
@@ -730,7 +730,11 @@ impl PlannedAllocator {
         let placeholder = Metered::new(Box::new(backing::host_backing()));
         let backing = std::mem::replace(&mut self.backing, placeholder).into_inner();
         let trace = self.trace.take();
+        // The caller's mark and the phase in effect carry over (the trace
+        // says so already).
+        let phases = self.phases;
         *self = PlannedAllocator::with_backing(config, backing);
+        self.phases = phases;
         if let Some(log) = &trace {
             self.backing.set_trace(log.clone());
         }

@@ -266,3 +266,25 @@ fn a_trace_without_phase_lines_replays_as_all_training() {
     assert!(plan.sequences[1].is_empty());
     assert!(plan.sites.iter().all(|s| s.phase == RequestPhase::Train));
 }
+
+#[test]
+fn a_mark_holds_over_readings_of_train_and_over_a_reset() {
+    let mut a = PlannedAllocator::new(
+        Config::from_json(r#"{"backend": "cpu", "log_errors": false}"#).unwrap(),
+    )
+    .unwrap();
+    let x = a.alloc_phase(100, 0, 0, RequestPhase::Eval).unwrap();
+    assert_eq!(a.request_phase(), RequestPhase::Eval);
+    a.free(x);
+    let x = a.alloc_phase(100, 0, 0, RequestPhase::Train).unwrap();
+    assert_eq!(a.request_phase(), RequestPhase::Train);
+    a.free(x);
+    a.set_request_phase(RequestPhase::Eval);
+    let x = a.alloc_phase(100, 0, 0, RequestPhase::Train).unwrap();
+    assert_eq!(a.request_phase(), RequestPhase::Eval);
+    a.free(x);
+    assert_eq!(a.reset(), 0);
+    assert_eq!(a.request_phase(), RequestPhase::Eval);
+    a.set_request_phase(RequestPhase::Train);
+    assert_eq!(a.request_phase(), RequestPhase::Train);
+}
