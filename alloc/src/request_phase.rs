@@ -7,7 +7,7 @@
 //! therefore carries the phase it was made in: the recorded steps are
 //! merged with requests matching only sites of their own phase
 //! ([`crate::align`]), and serving walks one cursor per phase over that
-//! phase's sites ([`crate::slab`]). Lifetimes stay in the steps' real
+//! phase's sites ([`crate::PlannedSlab`]). Lifetimes stay in the steps' real
 //! order, so an eval site shares the slab's bytes only with training sites
 //! that are not alive during the eval pass.
 //!

@@ -94,7 +94,7 @@ pub struct SitePlan {
     pub stream: u32,
     /// Steps the plan was made from.
     pub steps: Vec<u64>,
-    /// Per phase ([`RequestPhase::index`]): its sites, in site order. Each
+    /// Per phase (train first, as the codes): its sites, in site order. Each
     /// phase's requests are matched against its own sequence, with a
     /// cursor of their own.
     pub sequences: [Vec<u32>; 2],
