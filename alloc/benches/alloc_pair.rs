@@ -59,7 +59,9 @@ fn step_ops(events: &[TraceEvent], which: usize) -> (Vec<Op>, usize) {
                     });
                 }
             }
-            TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
+            TraceEvent::SegmentAlloc { .. }
+            | TraceEvent::SegmentFree { .. }
+            | TraceEvent::Phase(_) => {}
         }
     }
     (ops, count)

@@ -12,10 +12,17 @@
 //! The same matcher aligns recorded steps with each other when a plan is
 //! made ([`crate::site_plan`]) and serves requests against the plan
 //! ([`crate::slab`]), so both read a step the same way.
+//!
+//! A request matches only sites of its own phase
+//! ([`crate::request_phase`]): an eval pass never takes the training
+//! forward's sites, whatever their sizes. Serving walks one cursor per
+//! phase over that phase's sites.
 
 /// How far past the cursor a request looks for its own sizes: inserted
 /// requests of up to this many sites are skipped.
 pub const WINDOW: usize = 64;
+
+use crate::request_phase::RequestPhase;
 
 /// What the matcher knows of a site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +35,8 @@ pub struct Shape {
     pub capacity: u64,
     /// Its stream.
     pub stream: u32,
+    /// The phase its requests were made in.
+    pub phase: RequestPhase,
 }
 
 impl Shape {
@@ -103,12 +112,13 @@ const BAND: usize = 32;
 /// The most cells of the traceback (3 bytes each) one alignment keeps.
 const MAX_CELLS: usize = 1 << 24;
 
-/// Aligns a recorded step's requests (`(size, stream)`) with `sites` when a
-/// plan is made, where the whole step is known: the best-scoring alignment
-/// (see the scores above, affine gaps), searched in a band around the
-/// diagonal (O((sites + requests) x band)). Returns the site of each
-/// request, `None` for a request aligned with no site.
-pub fn align_steps(sites: &[Shape], requests: &[(u64, u32)]) -> Vec<Option<u32>> {
+/// Aligns a recorded step's requests (`(size, stream, phase)`) with
+/// `sites` when a plan is made, where the whole step is known: the
+/// best-scoring alignment (see the scores above, affine gaps), searched in
+/// a band around the diagonal (O((sites + requests) x band)); a request
+/// never matches a site of another stream or phase. Returns the site of
+/// each request, `None` for a request aligned with no site.
+pub fn align_steps(sites: &[Shape], requests: &[(u64, u32, RequestPhase)]) -> Vec<Option<u32>> {
     let (m, n) = (sites.len(), requests.len());
     if m == 0 || n == 0 {
         return vec![None; n];
@@ -123,9 +133,9 @@ pub fn align_steps(sites: &[Shape], requests: &[(u64, u32)]) -> Vec<Option<u32>>
     let lo = |i: usize| (i * n / m).saturating_sub(band);
     let earlier = |i: usize| EARLIER * (m - i) as f64 / m as f64;
     let score_of = |i: usize, j: usize| -> f64 {
-        let (size, stream) = requests[j];
+        let (size, stream, phase) = requests[j];
         let s = sites[i];
-        if s.stream != stream {
+        if s.stream != stream || s.phase != phase {
             NONE
         } else if s.fixed() && size == s.min {
             EXACT + earlier(i)
@@ -259,6 +269,7 @@ mod tests {
                 max: s,
                 capacity: s,
                 stream: 0,
+                phase: RequestPhase::Train,
             })
             .collect()
     }
@@ -303,6 +314,7 @@ mod tests {
             max,
             capacity,
             stream: 0,
+            phase: RequestPhase::Train,
         };
         let sites = vec![
             site(1000, 2000, 2048),
@@ -330,9 +342,9 @@ mod tests {
         // A step at another shape: every size differs from the sites', one
         // coincides with a later site. Position by position wins.
         let sites = shapes(&[210, 410, 610, 810, 110, 300]);
-        let req: Vec<(u64, u32)> = [100, 200, 300, 400, 50, 150]
+        let req: Vec<(u64, u32, RequestPhase)> = [100, 200, 300, 400, 50, 150]
             .iter()
-            .map(|&s| (s, 0))
+            .map(|&s| (s, 0, RequestPhase::Train))
             .collect();
         let got = align_steps(&sites, &req);
         let index: Vec<Option<u32>> = (0..6).map(Some).collect();
@@ -345,11 +357,12 @@ mod tests {
         let sites = shapes(&sizes);
         // 7 inserted after the first request; the ninth site's request
         // (900) missing.
-        let mut req: Vec<(u64, u32)> = vec![(100, 0), (7, 0)];
-        req.extend(sizes[1..].iter().filter(|&&s| s != 900).map(|&s| (s, 0)));
+        let t = RequestPhase::Train;
+        let mut req: Vec<(u64, u32, RequestPhase)> = vec![(100, 0, t), (7, 0, t)];
+        req.extend(sizes[1..].iter().filter(|&&s| s != 900).map(|&s| (s, 0, t)));
         let got = align_steps(&sites, &req);
         assert_eq!(got[1], None, "the inserted request");
-        for (k, &(size, _)) in req.iter().enumerate().filter(|(k, _)| *k != 1) {
+        for (k, &(size, _, _)) in req.iter().enumerate().filter(|(k, _)| *k != 1) {
             let site = got[k].expect("matched") as usize;
             assert_eq!(sizes[site], size, "request {k}");
         }
@@ -363,10 +376,10 @@ mod tests {
         let mut req = Vec::new();
         for (i, &s) in sizes.iter().enumerate() {
             if i % 100 != 0 {
-                req.push((s, 0));
+                req.push((s, 0, RequestPhase::Train));
             }
             if i % 250 == 0 {
-                req.push((3, 0));
+                req.push((3, 0, RequestPhase::Train));
             }
         }
         let got = align_steps(&sites, &req);
@@ -378,6 +391,29 @@ mod tests {
             .filter(|(g, r)| g.is_some_and(|j| sizes[j as usize] == r.0))
             .count();
         assert!(exact >= req.len() - 25, "{exact} of {}", req.len());
+    }
+
+    #[test]
+    fn an_eval_pass_never_takes_the_training_sites_it_copies() {
+        // The reference: an eval pass (eval) of the forward's sizes, then
+        // the forward (train). A step without the eval pass aligns its
+        // forward with the training sites, not with the eval pass before
+        // them, whose sizes are the same.
+        let fwd = [4096u64, 1024, 8192, 512];
+        let mut sites = Vec::new();
+        for (phase, sizes) in [(RequestPhase::Eval, fwd), (RequestPhase::Train, fwd)] {
+            sites.extend(sizes.iter().map(|&s| Shape {
+                min: s,
+                max: s,
+                capacity: s,
+                stream: 0,
+                phase,
+            }));
+        }
+        let req: Vec<(u64, u32, RequestPhase)> =
+            fwd.iter().map(|&s| (s, 0, RequestPhase::Train)).collect();
+        let got = align_steps(&sites, &req);
+        assert_eq!(got, vec![Some(4), Some(5), Some(6), Some(7)]);
     }
 
     #[test]

@@ -25,6 +25,9 @@ use crate::trace::TraceLog;
 // reuse, empty_cache, the memory fraction (hooks called below).
 mod streams;
 use streams::Freeing;
+// Request phases (training, eval passes): the caller's mark and the
+// reading at each request.
+mod phases;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -179,6 +182,8 @@ pub struct PlannedAllocator {
     trace: Option<TraceLog>,
     /// Device statistics and stream state (allocator/streams.rs).
     side: streams::Side,
+    /// The phase requests are made in (allocator/phases.rs).
+    phases: crate::request_phase::PhaseState,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -318,6 +323,7 @@ impl PlannedAllocator {
             last_null: String::new(),
             trace: None,
             side: streams::Side::new(caching_config(platform).max_split_size),
+            phases: Default::default(),
         }
     }
 
@@ -382,7 +388,7 @@ impl PlannedAllocator {
         let stream = self.stream_id(stream);
         self.counters.requests += 1;
         let origin = if self.in_step {
-            let k = self.records.push(size64, stream);
+            let k = self.records.push(size64, stream, self.phases.current);
             self.clock += 1;
             Origin { step: self.step, k }
         } else {
@@ -812,7 +818,7 @@ impl PlannedAllocator {
 
     /// Drops plans, slabs and the fallback's cache. Returns the live blocks
     /// found (their memory is released too: they count as leaked) and
-    /// starts over in warm-up with the same settings.
+    /// starts over in warm-up with the same settings and request phase.
     pub fn reset(&mut self) -> usize {
         self.forget_streams();
         let leaked = self.live_blocks();
@@ -828,7 +834,11 @@ impl PlannedAllocator {
         let placeholder = Metered::new(Box::new(backing::host_backing()));
         let backing = std::mem::replace(&mut self.backing, placeholder).into_inner();
         let trace = self.trace.take();
+        // The caller's mark and the phase in effect carry over (the trace
+        // says so already).
+        let phases = self.phases;
         *self = PlannedAllocator::with_backing(config, backing);
+        self.phases = phases;
         if let Some(log) = &trace {
             self.backing.set_trace(log.clone());
         }
@@ -975,7 +985,7 @@ impl PlannedAllocator {
             self.counters.misses.stream += 1;
             return Err(false);
         }
-        match slab.serve(origin, size, stream) {
+        match slab.serve(origin, size, stream, self.phases.current) {
             Ok((addr, slot)) => {
                 if self.take_slab_block(addr, slot, size) {
                     Ok(addr)

@@ -61,6 +61,14 @@ pub enum Error {
         /// Why it cannot apply.
         reason: String,
     },
+    /// A request phase code other than 0 (train) and 1 (eval)
+    /// (`tensor_arena_set_phase`, `tensor_arena_alloc_phase`, a trace's
+    /// `phase` line).
+    #[error("request phase {value}: a phase is 0 (train) or 1 (eval)")]
+    RequestPhase {
+        /// The value given.
+        value: i64,
+    },
     /// An error of the tensor-arena core (the host or Ascend device).
     #[error(transparent)]
     Core(#[from] tensor_arena::Error),

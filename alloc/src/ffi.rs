@@ -10,6 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::allocator::PlannedAllocator;
 use crate::config::Config;
 use crate::report;
+use crate::request_phase::RequestPhase;
 
 /// The environment variable holding the configuration JSON used when
 /// `tensor_arena_configure` was never called. With neither, every call
@@ -102,8 +103,9 @@ unsafe fn write_out(text: &str, buf: *mut c_char, cap: usize) -> usize {
 }
 
 /// Allocates `size` bytes for `device` on `stream` (torch's
-/// pluggable-allocator signature). NULL when out of memory, for size 0 and
-/// for bad input (counted in the stats' `errors`).
+/// pluggable-allocator signature), a request of phase 0 read (the mark of
+/// `tensor_arena_set_phase` still makes it eval). NULL when out of memory,
+/// for size 0 and for bad input (counted in the stats' `errors`).
 #[unsafe(no_mangle)]
 pub extern "C" fn tensor_arena_alloc(
     size: usize,
@@ -115,7 +117,9 @@ pub extern "C" fn tensor_arena_alloc(
         let Some(a) = g.allocator_for(Some(device)) else {
             return std::ptr::null_mut();
         };
-        match a.alloc(size, device, stream as usize) {
+        // No phase read at the request: training, unless the caller's
+        // mark (tensor_arena_set_phase) says eval.
+        match a.alloc_phase(size, device, stream as usize, RequestPhase::Train) {
             Some(addr) => addr as *mut c_void,
             None => {
                 // torch raises its out-of-memory error; this is the why.
@@ -123,6 +127,67 @@ pub extern "C" fn tensor_arena_alloc(
                 g.last_error = why;
                 std::ptr::null_mut()
             }
+        }
+    })
+}
+
+/// `tensor_arena_alloc` of a request made in `phase`, as the caller read
+/// it at the request (0 train, 1 eval: the device extensions pass torch's
+/// grad mode): the request is made in eval when `phase` or the mark of
+/// `tensor_arena_set_phase` is eval. A phase other than 0 and 1 is bad
+/// input: NULL, the reason in `tensor_arena_last_error`.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_alloc_phase(
+    size: usize,
+    device: c_int,
+    stream: *mut c_void,
+    phase: c_int,
+) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        let mut g = global();
+        let read = match RequestPhase::from_code(i64::from(phase)) {
+            Ok(p) => p,
+            Err(e) => {
+                g.last_error = e.to_string();
+                return std::ptr::null_mut();
+            }
+        };
+        let Some(a) = g.allocator_for(Some(device)) else {
+            return std::ptr::null_mut();
+        };
+        match a.alloc_phase(size, device, stream as usize, read) {
+            Some(addr) => addr as *mut c_void,
+            None => {
+                let why = a.last_null_reason().to_owned();
+                g.last_error = why;
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Marks the phase of the requests that follow: 0 train, 1 eval (an eval
+/// pass the caller knows of; a mark of eval holds whatever the extensions
+/// read at the requests, a mark of train leaves the phase to that
+/// reading). 0 on success, -1 for any other value (the reason in
+/// `tensor_arena_last_error`) or when the allocator cannot open.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_set_phase(phase: c_int) -> c_int {
+    guarded(-1, || {
+        let mut g = global();
+        let phase = match RequestPhase::from_code(i64::from(phase)) {
+            Ok(p) => p,
+            Err(e) => {
+                g.last_error = e.to_string();
+                return -1;
+            }
+        };
+        match g.allocator() {
+            Some(a) => {
+                a.set_request_phase(phase);
+                0
+            }
+            None => -1,
         }
     })
 }

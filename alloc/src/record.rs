@@ -3,6 +3,8 @@
 
 use std::collections::VecDeque;
 
+use crate::request_phase::RequestPhase;
+
 /// Where a block came from: the `k`-th request of step `step` (steps count
 /// from 1), or outside any step (`step == 0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,6 +37,8 @@ pub struct Request {
     pub size: u64,
     /// Stream id (0 for the default stream / the CPU).
     pub stream: u32,
+    /// The phase it was made in (training or an eval pass).
+    pub phase: RequestPhase,
     /// When it was freed, if it has been.
     pub freed: Option<FreedAt>,
 }
@@ -106,12 +110,13 @@ impl Records {
     }
 
     /// Appends a request to the current step; returns its index.
-    pub fn push(&mut self, size: u64, stream: u32) -> u32 {
+    pub fn push(&mut self, size: u64, stream: u32, phase: RequestPhase) -> u32 {
         match self.steps.back_mut() {
             Some(rec) => {
                 rec.requests.push(Request {
                     size,
                     stream,
+                    phase,
                     freed: None,
                 });
                 (rec.requests.len() - 1) as u32

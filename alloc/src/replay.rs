@@ -397,7 +397,8 @@ pub fn replay_on(
 /// Makes the calls a live run's C ABI made, in the trace's order, on an
 /// allocator of the caller's: `alloc` for every `alloc` line (device 0,
 /// the line's stream), `free` of the replay's address for every `free`
-/// line of a block it gave, and the step calls; segment lines are the
+/// line of a block it gave, the step calls, and the phase of the requests
+/// that follow for every `phase` line (as a caller's mark); segment lines are the
 /// run's own reservations and drive nothing. Blocks still live at the end
 /// stay live (as in the traced run). Returns the indices of the `alloc`
 /// events inside serving steps whose block is not in the plan's slab.
@@ -444,6 +445,8 @@ pub fn drive(a: &mut PlannedAllocator, events: &[TraceEvent]) -> Result<Vec<usiz
                     a.free(p);
                 }
             }
+            // The phase the run's requests were made in from here on.
+            TraceEvent::Phase(p) => a.set_request_phase(p),
             TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
         }
     }

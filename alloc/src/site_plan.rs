@@ -8,6 +8,7 @@ use tensor_arena::plan::placement::{self, Interval, Strategy};
 
 use crate::align::{self, Shape};
 use crate::record::{Life as RequestLife, StepRecord};
+use crate::request_phase::RequestPhase;
 
 /// The slot granule: torch's block rounding and the plan's offset
 /// alignment.
@@ -101,6 +102,9 @@ pub struct Site {
     pub max_size: u64,
     /// The stream its requests were recorded on.
     pub stream: u32,
+    /// The phase its requests were made in: only requests of that phase
+    /// take it.
+    pub phase: RequestPhase,
     /// Why it has no slot, if it has none.
     pub unplanned: Option<Unplanned>,
 }
@@ -114,6 +118,7 @@ impl Site {
             max: self.max_size,
             capacity: self.capacity,
             stream: self.stream,
+            phase: self.phase,
         }
     }
 }
@@ -135,9 +140,19 @@ pub struct SitePlan {
     pub stream: u32,
     /// Steps the plan was made from.
     pub steps: Vec<u64>,
-    /// The site most recorded steps' first request took: where a step's
-    /// cursor starts (past an eval pass that only some steps make).
-    pub entry: usize,
+    /// Per phase (train first, as the codes): its sites, in site order. Each
+    /// phase's requests are matched against its own sequence, with a
+    /// cursor of their own.
+    pub sequences: [Vec<u32>; 2],
+    /// Per phase: where in its sequence most recorded steps' first request
+    /// of that phase went: where a step's cursor of that phase starts
+    /// (past a block of requests that only some steps make).
+    pub entry: [usize; 2],
+    /// Per phase: every place in its sequence a recorded step's first
+    /// request of that phase went, the most frequent first (`entry`
+    /// leads): a step that begins with a block only some steps make (an
+    /// eval pass) starts at its own.
+    pub entries: [Vec<usize>; 2],
     /// Whether the placement proved itself optimal.
     pub optimal: bool,
     /// Wall time of the placement, in seconds.
@@ -165,18 +180,24 @@ pub fn bucket(size: u64) -> u64 {
 }
 
 /// Whether some request index had different sizes in `steps`: the shapes
-/// change from step to step.
+/// change from step to step. Each phase's requests are compared on their
+/// own (a step with an eval pass does not change the training requests),
+/// among the steps that made requests of that phase.
 pub fn shapes_change(steps: &[&StepRecord]) -> bool {
-    let n = steps.iter().map(|s| s.requests.len()).max().unwrap_or(0);
-    steps.iter().any(|s| s.requests.len() != n)
-        || (0..n).any(|k| {
-            let mut sizes = steps
-                .iter()
-                .filter_map(|s| s.requests.get(k))
-                .map(|r| r.size);
-            let first = sizes.next();
-            sizes.any(|x| Some(x) != first)
-        })
+    RequestPhase::ALL.iter().any(|&phase| {
+        let seqs: Vec<Vec<u64>> = steps
+            .iter()
+            .map(|s| {
+                s.requests
+                    .iter()
+                    .filter(|r| r.phase == phase)
+                    .map(|r| r.size)
+                    .collect::<Vec<u64>>()
+            })
+            .filter(|q| !q.is_empty())
+            .collect();
+        seqs.windows(2).any(|w| w[0] != w[1])
+    })
 }
 
 /// The recorded steps merged into one sequence of sites: each step's
@@ -215,21 +236,22 @@ fn merge(steps: &[&StepRecord]) -> Merged {
                 max: r.size,
                 capacity: r.size,
                 stream: r.stream,
+                phase: r.phase,
             })
             .collect();
         maps[reference] = (0..rec.requests.len() as u32).collect();
     }
     let order = (0..steps.len()).rev().filter(|&i| i != reference);
     for i in order.collect::<Vec<_>>() {
-        let requests: Vec<(u64, u32)> = steps[i]
+        let requests: Vec<(u64, u32, RequestPhase)> = steps[i]
             .requests
             .iter()
-            .map(|r| (r.size, r.stream))
+            .map(|r| (r.size, r.stream, r.phase))
             .collect();
         let aligned = align::align_steps(&shapes, &requests);
         let mut assign = Vec::with_capacity(requests.len());
         let mut cursor = 0usize;
-        for (&(size, _), got) in requests.iter().zip(aligned) {
+        for (&(size, _, _), got) in requests.iter().zip(aligned) {
             match got {
                 Some(j) => {
                     let s = &mut shapes[j as usize];
@@ -278,6 +300,7 @@ fn merge(steps: &[&StepRecord]) -> Merged {
                     max: r.size,
                     capacity: r.size,
                     stream: r.stream,
+                    phase: r.phase,
                 });
                 next.next();
             }
@@ -292,6 +315,7 @@ fn merge(steps: &[&StepRecord]) -> Merged {
                 max: r.size,
                 capacity: r.size,
                 stream: r.stream,
+                phase: r.phase,
             });
         }
         for map in &mut maps {
@@ -325,21 +349,41 @@ pub fn plan(
     capacity: Option<u64>,
 ) -> SitePlan {
     let Merged { shapes, maps } = merge(steps);
-    let entry = {
-        let mut firsts: Vec<u32> = maps.iter().filter_map(|m| m.first().copied()).collect();
+    // Each phase's sites, in site order, and where each phase's cursor
+    // starts: at the site most recorded steps' first request of that phase
+    // took (the earliest of equals).
+    let mut sequences: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+    let mut rank = vec![0u32; shapes.len()];
+    for (j, shape) in shapes.iter().enumerate() {
+        let seq = &mut sequences[shape.phase.index()];
+        rank[j] = seq.len() as u32;
+        seq.push(j as u32);
+    }
+    let entries = RequestPhase::ALL.map(|phase| {
+        let mut firsts: Vec<u32> = steps
+            .iter()
+            .zip(&maps)
+            .filter_map(|(rec, map)| {
+                let k = rec.requests.iter().position(|r| r.phase == phase)?;
+                map.get(k).map(|&j| rank[j as usize])
+            })
+            .collect();
         firsts.sort_unstable();
-        // The most frequent first site (the earliest of equals).
-        let mut best = (0usize, 0u32);
+        // (count, place), the most frequent first, the earliest of equals.
+        let mut counted: Vec<(usize, usize)> = Vec::new();
         let mut i = 0;
         while i < firsts.len() {
             let j = i + firsts[i..].iter().take_while(|&&f| f == firsts[i]).count();
-            if j - i > best.0 {
-                best = (j - i, firsts[i]);
-            }
+            counted.push((j - i, firsts[i] as usize));
             i = j;
         }
-        best.1 as usize
-    };
+        counted.sort_by_key(|&(count, place)| (std::cmp::Reverse(count), place));
+        counted
+            .into_iter()
+            .map(|(_, place)| place)
+            .collect::<Vec<usize>>()
+    });
+    let entry = [0, 1].map(|p: usize| entries[p].first().copied().unwrap_or(0));
     let n = shapes.len();
     let stream = planned_stream(steps);
     #[derive(Clone, Copy, Default)]
@@ -472,6 +516,7 @@ pub fn plan(
             min_size: shape.min,
             max_size: shape.max,
             stream: shape.stream,
+            phase: shape.phase,
             unplanned,
         });
     }
@@ -554,7 +599,9 @@ pub fn plan(
         slab_bytes,
         stream,
         steps: steps.iter().map(|s| s.step).collect(),
+        sequences,
         entry,
+        entries,
         optimal,
         placement_seconds,
     }
@@ -651,6 +698,7 @@ mod tests {
         Request {
             size,
             stream: 0,
+            phase: RequestPhase::Train,
             freed: freed.map(|(step, clock)| FreedAt { step, clock }),
         }
     }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use crate::align;
 use crate::live_set::LiveSet;
 use crate::record::Origin;
+use crate::request_phase::RequestPhase;
 use crate::site_plan::SitePlan;
 
 /// A served slab.
@@ -42,16 +43,20 @@ pub struct PlannedSlab {
     /// Per position: the request that holds it and its bytes.
     live_block: Vec<(Origin, u64)>,
     live_count: usize,
-    /// The step's cursor over the sites ([`crate::align`]).
-    cursor: usize,
-    /// Sites that always had one size, by that size, in site order: where
-    /// a step that left the plan's order (a block of requests the plan does
-    /// not know, longer than the matcher's window) finds its place again.
-    fixed_by_size: HashMap<(u64, u32), Vec<u32>>,
-    /// The site the last unmatched request would have matched further on:
-    /// a second unmatched request matching just after it moves the cursor
-    /// there.
-    resync: Option<usize>,
+    /// Per phase: the step's cursor over that phase's sites (an index into
+    /// the plan's sequence of the phase, [`crate::align`]).
+    cursor: [usize; 2],
+    /// Per phase: whether a request of that phase came in this step.
+    begun: [bool; 2],
+    /// Sites that always had one size, by that size, stream and phase, as
+    /// indices into their phase's sequence, in order: where a step that
+    /// left the plan's order (a block of requests the plan does not know,
+    /// longer than the matcher's window) finds its place again.
+    fixed_by_size: HashMap<(u64, u32, RequestPhase), Vec<u32>>,
+    /// Per phase: the place in its sequence the last unmatched request
+    /// would have matched further on: a second unmatched request matching
+    /// just after it moves the cursor there.
+    resync: [Option<usize>; 2],
     /// Blocks of an earlier plan that were alive in this region when this
     /// plan took it over: `(offset, end, origin, bytes)`. Served sites
     /// must not overlap them; they are few and freed early in the next
@@ -214,13 +219,16 @@ impl PlannedSlab {
                 p[1] = p[0];
             }
         }
-        let mut fixed_by_size: HashMap<(u64, u32), Vec<u32>> = HashMap::new();
-        for (k, site) in plan.sites.iter().enumerate() {
-            if site.min_size == site.max_size {
-                fixed_by_size
-                    .entry((site.min_size, site.stream))
-                    .or_default()
-                    .push(k as u32);
+        let mut fixed_by_size: HashMap<(u64, u32, RequestPhase), Vec<u32>> = HashMap::new();
+        for seq in &plan.sequences {
+            for (j, &k) in seq.iter().enumerate() {
+                let site = &plan.sites[k as usize];
+                if site.min_size == site.max_size {
+                    fixed_by_size
+                        .entry((site.min_size, site.stream, site.phase))
+                        .or_default()
+                        .push(j as u32);
+                }
             }
         }
         let n = by_offset.len();
@@ -252,8 +260,9 @@ impl PlannedSlab {
             live_block: vec![(Origin::OUTSIDE, 0); n],
             live_count: carried.len(),
             cursor: plan_entry,
+            begun: [false; 2],
             fixed_by_size,
-            resync: None,
+            resync: [None; 2],
             carried,
         }
     }
@@ -263,28 +272,30 @@ impl PlannedSlab {
         self.offset_of(addr).is_some()
     }
 
-    /// A step begins: the cursor goes back to the first site.
+    /// A step begins: each phase's cursor goes back to its entry.
     pub fn begin_step(&mut self) {
         self.cursor = self.plan.entry;
-        self.resync = None;
+        self.begun = [false; 2];
+        self.resync = [None; 2];
     }
 
     /// The site past the cursor, beyond the matcher's window, that a
     /// request left unmatched rejoins the plan at: when the previous
     /// unmatched request pointed just before it (two in a row agree), the
     /// step has moved on to that part of the plan.
-    fn rejoin(&mut self, size: u64, stream: u32) -> Option<usize> {
+    fn rejoin(&mut self, size: u64, stream: u32, phase: RequestPhase) -> Option<usize> {
         /// How far apart two agreeing unmatched requests may point.
         const AGREE: usize = 8;
-        let sites = self.fixed_by_size.get(&(size, stream))?;
-        let next = sites.partition_point(|&k| (k as usize) < self.cursor);
+        let p = phase.index();
+        let sites = self.fixed_by_size.get(&(size, stream, phase))?;
+        let next = sites.partition_point(|&k| (k as usize) < self.cursor[p]);
         let Some(&j) = sites.get(next) else {
-            self.resync = None;
+            self.resync[p] = None;
             return None;
         };
         let j = j as usize;
-        let agreed = self.resync.is_some_and(|r| r < j && j <= r + AGREE);
-        self.resync = Some(j);
+        let agreed = self.resync[p].is_some_and(|r| r < j && j <= r + AGREE);
+        self.resync[p] = Some(j);
         agreed.then_some(j)
     }
 
@@ -293,36 +304,54 @@ impl PlannedSlab {
         self.live_count
     }
 
-    /// Serves the request `origin` of `size` bytes on `stream`: the site
-    /// the matcher gives it ([`crate::align`]), when no live block holds
-    /// any of that site's bytes. A refused request that took a site still
-    /// moves the cursor past it.
+    /// Serves the request `origin` of `size` bytes on `stream`, made in
+    /// `phase`: the site of that phase the matcher gives it
+    /// ([`crate::align`]; each phase has a cursor of its own over its own
+    /// sites), when no live block holds any of that site's bytes. A
+    /// refused request that took a site still moves its cursor past it.
     /// Returns the address and the slot's bytes.
     pub fn serve(
         &mut self,
         origin: Origin,
         size: u64,
         stream: u32,
+        phase: RequestPhase,
     ) -> Result<(usize, u64), Refusal> {
-        let sites = &self.plan.sites;
-        let mut found = align::find(sites, |s| s.shape(), self.cursor, size, stream);
-        // The step's first request: most steps start at the entry site, a
-        // step that starts with a block only some steps make (an eval pass)
-        // at the first site.
-        if found.is_none() && origin.k == 0 && self.cursor == self.plan.entry {
-            found = align::find(sites, |s| s.shape(), 0, size, stream);
+        let p = phase.index();
+        let (sites, seq) = (&self.plan.sites, &self.plan.sequences[p]);
+        let shape = |&k: &u32| sites[k as usize].shape();
+        let cursor = self.cursor[p];
+        let mut found = align::find(seq, shape, cursor, size, stream);
+        // The step's first request of the phase: most steps start at the
+        // entry site; a step that starts with a block only some steps make
+        // (an eval pass) at the place a recorded step like it started, when
+        // that site is the request's own (and the entry's is not); else at
+        // the first site, when only that one matches.
+        if !self.begun[p] && cursor == self.plan.entry[p] && found != Some(cursor) {
+            let own = |&e: &usize| {
+                seq.get(e).is_some_and(|&k| {
+                    let s = sites[k as usize].shape();
+                    s.stream == stream && s.min <= size && size <= s.max
+                })
+            };
+            found = match self.plan.entries[p].iter().skip(1).find(|e| own(e)) {
+                Some(&e) => Some(e),
+                None => found.or_else(|| align::find(seq, shape, 0, size, stream)),
+            };
         }
-        let Some(k) = found.or_else(|| self.rejoin(size, stream)) else {
-            return Err(if self.cursor >= self.plan.sites.len() {
+        self.begun[p] = true;
+        let Some(j) = found.or_else(|| self.rejoin(size, stream, phase)) else {
+            return Err(if self.cursor[p] >= self.plan.sequences[p].len() {
                 Refusal::Order
             } else {
                 Refusal::Unmatched
             });
         };
         if found.is_some() {
-            self.resync = None;
+            self.resync[p] = None;
         }
-        self.cursor = k + 1;
+        self.cursor[p] = j + 1;
+        let k = self.plan.sequences[p][j] as usize;
         let site = self.plan.sites[k];
         if site.unplanned.is_some() {
             return Err(Refusal::Unplanned);

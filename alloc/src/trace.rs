@@ -10,7 +10,15 @@
 //! free,ADDR,SIZE,STREAM        the freed block's requested size and stream
 //! step_end,0,0,0
 //! segment_free,ADDR,SIZE,0     a backing release
+//! phase,0,PHASE,0              the requests that follow are made in PHASE
+//!                              (0 train, 1 eval; see crate::request_phase)
 //! ```
+//!
+//! A `phase` line is written when the phase requests are made in changes
+//! (a caller's mark, or the grad mode the device extensions read at a
+//! request), before the first request it applies to; a trace starts in
+//! phase 0. Traces without `phase` lines (all older ones) are all
+//! training, as the runs that wrote them were.
 //!
 //! The bytes the run held from its device at any line are the sum of
 //! `segment_alloc` minus `segment_free` sizes up to it; their running
@@ -24,6 +32,7 @@ use std::io::{BufWriter, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
+use crate::request_phase::RequestPhase;
 
 /// The CSV header line.
 pub const HEADER: &str = "event,addr,size,stream";
@@ -146,6 +155,11 @@ impl TraceLog {
         s.writer.flush();
     }
 
+    /// A `phase` line: the requests that follow are made in `phase`.
+    pub fn phase(&self, phase: RequestPhase) {
+        self.state().writer.event("phase", 0, phase.code(), 0);
+    }
+
     /// A `step_end` line; flushes the file.
     pub fn step_end(&self) {
         let mut s = self.state();
@@ -211,6 +225,8 @@ pub enum TraceEvent {
         /// Bytes released.
         size: usize,
     },
+    /// `phase`: the requests that follow are made in this phase.
+    Phase(RequestPhase),
 }
 
 /// A trace file's lines that are not what the format says: the 1-based
@@ -342,9 +358,16 @@ fn parse_line(line: &str) -> std::result::Result<TraceEvent, String> {
             addr: num("addr", addr)?,
             size: num("size", size)?,
         },
+        "phase" => {
+            let code = num("phase", size)?;
+            match RequestPhase::from_code(i64::try_from(code).unwrap_or(i64::MAX)) {
+                Ok(p) => TraceEvent::Phase(p),
+                Err(e) => return Err(format!("{e}: {line:?}")),
+            }
+        }
         other => {
             return Err(format!(
-                "unknown event {other:?} (step_begin, step_end, alloc, free, segment_alloc, segment_free)"
+                "unknown event {other:?} (step_begin, step_end, alloc, free, segment_alloc, segment_free, phase)"
             ));
         }
     })
@@ -377,6 +400,7 @@ pub fn to_text(events: &[TraceEvent]) -> String {
                 writeln!(out, "segment_alloc,{addr},{size},0")
             }
             TraceEvent::SegmentFree { addr, size } => writeln!(out, "segment_free,{addr},{size},0"),
+            TraceEvent::Phase(p) => writeln!(out, "phase,0,{},0", p.code()),
         };
     }
     out
@@ -488,6 +512,21 @@ mod tests {
     }
 
     #[test]
+    fn phase_lines_parse_and_bad_phases_are_named() {
+        let text = "event,addr,size,stream\nstep_begin,0,0,0\nphase,0,1,0\nalloc,1,10,0\nphase,0,0,0\nstep_end,0,0,0\n";
+        let t = parse(text).unwrap();
+        assert_eq!(t[1], TraceEvent::Phase(RequestPhase::Eval));
+        assert_eq!(t[3], TraceEvent::Phase(RequestPhase::Train));
+        assert_eq!(to_text(&t), text);
+        for bad in ["phase,0,2,0", "phase,0,-1,0", "phase,0,x,0"] {
+            let e = err(&format!("event,addr,size,stream\n{bad}\n"));
+            assert!(e.contains("line 2") && e.contains("phase"), "{e}");
+        }
+        let e = err("event,addr,size,stream\nphase,0,7,0\n");
+        assert!(e.contains("0 (train) or 1 (eval)"), "{e}");
+    }
+
+    #[test]
     fn a_file_that_stops_inside_a_step_or_without_a_final_newline_parses() {
         let t = parse("event,addr,size,stream\nstep_begin,0,0,0\nalloc,1,10,0").unwrap();
         assert_eq!(t.len(), 2);
@@ -530,7 +569,7 @@ mod tests {
             words in prop::collection::vec(
                 prop::sample::select(vec![
                     "alloc", "free", "step_begin", "step_end", "segment_alloc",
-                    "segment_free", ",", "\n", "0", "1", "4096", "-1", "x", " ",
+                    "segment_free", "phase", ",", "\n", "0", "1", "4096", "-1", "x", " ",
                     "18446744073709551616", "event,addr,size,stream\n",
                 ]),
                 0..60,

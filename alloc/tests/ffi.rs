@@ -68,6 +68,7 @@ fn replay(events: &[TraceEvent]) -> u64 {
                     tensor_arena_free(p as *mut _, 0, 0, std::ptr::null_mut());
                 }
             }
+            TraceEvent::Phase(p) => assert_eq!(tensor_arena_set_phase(p.code() as i32), 0),
             TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
         }
     }
@@ -177,4 +178,68 @@ fn bad_input_through_the_c_abi_is_counted() {
     // SAFETY: a NUL-terminated string.
     assert_eq!(unsafe { tensor_arena_configure(bad.as_ptr()) }, -1);
     assert!(last_error().contains("bogus"));
+}
+
+#[test]
+fn request_phases_through_the_c_abi_and_bad_phases_refused() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    configure(r#"{"backend": "cpu", "log_errors": false}"#);
+    for bad in [2, -1, 7, i32::MIN] {
+        assert_eq!(tensor_arena_set_phase(bad), -1);
+        let why = last_error();
+        assert!(
+            why.contains(&format!("request phase {bad}")) && why.contains("0 (train) or 1 (eval)"),
+            "{why}"
+        );
+        assert!(tensor_arena_alloc_phase(100, 0, std::ptr::null_mut(), bad).is_null());
+        assert!(last_error().contains("0 (train) or 1 (eval)"));
+    }
+    // Refused phases counted no request.
+    assert_eq!(stats()["requests"], 0);
+
+    // The phases requests get, as the trace records them: a reading of
+    // eval, a plain alloc (read as train), a mark of eval that holds over
+    // a reading of train, the mark taken back.
+    let dir = std::env::temp_dir().join(format!("ta-ffi-phase-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.csv");
+    configure(&format!(
+        r#"{{"backend": "cpu", "log_errors": false, "trace": "{}"}}"#,
+        path.display()
+    ));
+    let null = std::ptr::null_mut();
+    assert_eq!(tensor_arena_step_begin(), 0);
+    let mut got = vec![tensor_arena_alloc_phase(100, 0, null, 1)];
+    got.push(tensor_arena_alloc(100, 0, null));
+    assert_eq!(tensor_arena_set_phase(1), 0);
+    got.push(tensor_arena_alloc_phase(100, 0, null, 0));
+    assert_eq!(tensor_arena_set_phase(0), 0);
+    got.push(tensor_arena_alloc_phase(100, 0, null, 0));
+    for &p in &got {
+        assert!(!p.is_null());
+        tensor_arena_free(p, 100, 0, null);
+    }
+    assert_eq!(stats()["requests"], 4);
+    // The step's end flushes the trace.
+    assert_eq!(tensor_arena_step_end(), 0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("phase") || l.starts_with("alloc"))
+        .map(|l| if l.starts_with("alloc") { "alloc" } else { l })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "phase,0,1,0",
+            "alloc",
+            "phase,0,0,0",
+            "alloc",
+            "phase,0,1,0",
+            "alloc",
+            "phase,0,0,0",
+            "alloc"
+        ]
+    );
 }

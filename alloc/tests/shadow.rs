@@ -1,10 +1,12 @@
 //! Random programs that stray from their recording, checked against a
 //! shadow map of live blocks: no two live blocks ever share a byte, every
-//! pointer is freed once, nothing is left at reset; and, in the mapped
-//! range as with whole regions, every live block's bytes stay mapped and
-//! its own: each block's first and last bytes carry a tag written at its
-//! allocation and checked at its free (an unmapped page would fault or read
-//! back zeros, a byte handed out twice would carry another block's tag).
+//! pointer is freed once, nothing is left at reset. Requests come in both
+//! request phases (train, eval), and straying ones in the other phase. In
+//! the mapped range as with whole regions, every live block's bytes stay
+//! mapped and its own: each block's first and last bytes carry a tag
+//! written at its allocation and checked at its free (an unmapped page
+//! would fault or read back zeros, a byte handed out twice would carry
+//! another block's tag).
 
 mod support;
 
@@ -15,7 +17,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use support::cpu;
-use tensor_arena_alloc::PlannedAllocator;
+use tensor_arena_alloc::{PlannedAllocator, RequestPhase};
 
 /// Live blocks by address: `addr -> end`.
 #[derive(Default)]
@@ -75,8 +77,8 @@ impl Shadow {
 }
 
 /// One step of a program: requests (size, how many requests later it is
-/// freed; `None` = kept past the step).
-type Program = Vec<(usize, Option<usize>)>;
+/// freed, `None` = kept past the step; whether it is made in an eval pass).
+type Program = Vec<(usize, Option<usize>, bool)>;
 
 fn run_step(
     a: &mut PlannedAllocator,
@@ -92,7 +94,7 @@ fn run_step(
     let mut carried: Vec<usize> = std::mem::take(kept);
     let mut pending: Vec<(usize, usize)> = Vec::new(); // (free at request index, addr)
     let mut i = 0;
-    for &(size, life) in step {
+    for &(size, life, eval) in step {
         if stray && rng.random_bool(0.05) {
             continue; // a missing request
         }
@@ -101,8 +103,14 @@ fn run_step(
         } else {
             size
         };
+        // A request read in the other phase, when straying.
+        let phase = if eval != (stray && rng.random_bool(0.05)) {
+            RequestPhase::Eval
+        } else {
+            RequestPhase::Train
+        };
         for _ in 0..if stray && rng.random_bool(0.05) { 2 } else { 1 } {
-            let addr = a.alloc(size, 0, 0).expect("cpu memory");
+            let addr = a.alloc_phase(size, 0, 0, phase).expect("cpu memory");
             shadow.insert(addr, size);
             match life {
                 Some(after) => pending.push((i + after, addr)),
@@ -143,7 +151,11 @@ fn run_step(
 
 fn program() -> impl Strategy<Value = Program> {
     prop::collection::vec(
-        (1usize..200_000, prop::option::weighted(0.9, 0usize..12)),
+        (
+            1usize..200_000,
+            prop::option::weighted(0.9, 0usize..12),
+            prop::bool::weighted(0.3),
+        ),
         1..60,
     )
 }

@@ -39,6 +39,7 @@ from . import extensions
 __all__ = [
     "AllocatorError",
     "BACKENDS",
+    "PHASES",
     "PlannedAllocator",
     "library",
     "library_path",
@@ -46,6 +47,9 @@ __all__ = [
 
 #: The devices a :class:`PlannedAllocator` can serve.
 BACKENDS = ("cpu", "cuda", "npu")
+
+#: Request phases and their codes in the C ABI (``tensor_arena_set_phase``).
+PHASES = {"train": 0, "eval": 1}
 
 # torch's default CPU allocator holds the slot at priority 0; ours overrides it.
 _CPU_PRIORITY = 1
@@ -126,6 +130,8 @@ class _Library:
             "tensor_arena_empty_cache": ([], None),
             "tensor_arena_set_memory_fraction": ([c.c_double, c.c_int], c.c_int),
             "tensor_arena_cache_info": ([], c.c_size_t),
+            "tensor_arena_set_phase": ([c.c_int], c.c_int),
+            "tensor_arena_alloc_phase": ([c.c_size_t, c.c_int, c.c_void_p, c.c_int], c.c_void_p),
         }
         for name, (args, res) in contract.items():
             fn = getattr(self.dll, name, None)
@@ -191,6 +197,21 @@ def _percent_floor(share):
     return f"{math.floor(share * 10000) / 100:.2f}%"
 
 
+class _PhaseMark:
+    """What :meth:`PlannedAllocator.phase` returns: as a context manager, puts the previous mark back."""
+
+    def __init__(self, alloc, previous):
+        self._alloc = alloc
+        self._previous = previous
+
+    def __enter__(self):
+        return self._alloc
+
+    def __exit__(self, *exc):
+        self._alloc._mark(self._previous)
+        return False
+
+
 class PlannedAllocator:
     """torch's allocator for ``device`` served by the planned allocator library.
 
@@ -239,6 +260,7 @@ class PlannedAllocator:
         # engine's step ends the steps, the optimizer hook marks nothing.
         self._engine_steps = False
         self._engine_depth = 0
+        self._phase = "train"
         _INSTANCE = self
 
     # ---- installing -----------------------------------------------------------------
@@ -280,8 +302,15 @@ class PlannedAllocator:
             import torch  # noqa: F401  (the extension links torch's libc10)
 
             ext = extensions.load("cpu")
+            try:
+                alloc_phase = self._lib.address("alloc_phase")
+            except AttributeError:
+                raise AllocatorError(
+                    f"{self._lib.path} does not export tensor_arena_alloc_phase: an allocator library "
+                    "older than the CPU extension (rebuild the package)"
+                ) from None
             rc = ext.tensor_arena_cpu_install(
-                self._lib.address("alloc"),
+                alloc_phase,
                 self._lib.address("free"),
                 self._lib.address("last_error"),
                 _CPU_PRIORITY,
@@ -467,6 +496,49 @@ class PlannedAllocator:
             self._pacer = None
         if end and self._in_step:
             self.end_step()
+
+    # ---- request phases ---------------------------------------------------------------
+
+    def phase(self, name):
+        """Marks the phase of the requests that follow: ``"eval"`` or ``"train"``.
+
+        Usable as a call (the mark holds until the next one) or as a context
+        manager that puts the previous mark back at its end::
+
+            with alloc.phase("eval"):
+                val = model(batch)       # an eval pass the plan serves from its own sites
+
+        An eval pass makes the training forward's sizes in the same order, so
+        the allocator cannot tell it apart by itself; its requests are recorded
+        and planned as sites of their own and served by a cursor of their own.
+        The device extensions (CPU, CUDA, torch_npu) already read torch's grad
+        mode at every request (``torch.no_grad()`` and ``torch.inference_mode()``
+        are eval), so a mark is needed only for eval passes that run with grad
+        mode on, or where no extension serves (no compiler): a mark of
+        ``"eval"`` holds whatever grad mode says; ``"train"`` leaves the phase
+        to it. Raises ``ValueError`` for another name, ``AllocatorError`` when
+        the library refuses the call.
+        """
+        if name not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(map(repr, PHASES))}, not {name!r}")
+        previous = self._phase
+        self._mark(name)
+        return _PhaseMark(self, previous)
+
+    @property
+    def marked_phase(self):
+        """The phase last marked with :meth:`phase` (``"train"`` before any)."""
+        return self._phase
+
+    def _mark(self, name):
+        fn = getattr(self._lib.dll, "tensor_arena_set_phase", None)
+        if fn is None:
+            raise AllocatorError(
+                f"{self._lib.path} does not export tensor_arena_set_phase: an allocator library older "
+                "than this package (rebuild it)"
+            )
+        self._lib.check(fn(PHASES[name]), f"tensor_arena_set_phase({PHASES[name]})")
+        self._phase = name
 
     # ---- figures --------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ KINDS = ("cpu", "cuda", "npu")
 
 _CSRC = pathlib.Path(__file__).resolve().parent / "csrc"
 # Headers every device extension includes; part of the cache key.
-_SHARED_HEADERS = ("library.h", "json_reader.h", "device_stats.h")
+_SHARED_HEADERS = ("library.h", "json_reader.h", "device_stats.h", "phase.h")
 _LOADED = {}
 
 
@@ -79,6 +79,7 @@ class LibraryTable(ctypes.Structure):
         ("set_memory_fraction", ctypes.c_void_p),
         ("cache_info", ctypes.c_void_p),
         ("snapshot_json", ctypes.c_void_p),
+        ("alloc_phase", ctypes.c_void_p),
     ]
 
 
@@ -118,7 +119,7 @@ class _Recipe:
     def __init__(self, kind, abi, includes, links, identity):
         self.kind = kind
         self.source = _CSRC / f"{kind}_allocator.cpp"
-        self.headers = () if kind == "cpu" else _SHARED_HEADERS
+        self.headers = ("phase.h",) if kind == "cpu" else _SHARED_HEADERS
         self.abi = abi
         self.includes = includes
         self.links = links
@@ -168,7 +169,8 @@ def _cpu_recipe():
     links = []
     for d in lib_dirs:
         links += _lib_dir_flags(d)
-    return _Recipe("cpu", abi, includes, [*links, "-lc10"], identity)
+    # dlsym (csrc/phase.h): in libc from glibc 2.34, in libdl before.
+    return _Recipe("cpu", abi, includes, [*links, "-lc10", "-ldl"], identity)
 
 
 def _site_roots(torch):
@@ -230,7 +232,7 @@ def _cuda_recipe():
     links = []
     for d in lib_dirs:
         links += _lib_dir_flags(d)
-    links += ["-ltorch_cuda", "-lc10_cuda", "-lc10", "-ltorch_cpu"]
+    links += ["-ltorch_cuda", "-lc10_cuda", "-lc10", "-ltorch_cpu", "-ldl"]
     links += _lib_dir_flags(cudart_dir, f"-l:{cudart}")
     # Every symbol of the extension must resolve now, not at the first call.
     links.append("-Wl,--no-undefined")
@@ -276,7 +278,7 @@ def _npu_recipe(torch_root=None, torch_npu_root=None):
     acl = n / "include" / "third_party" / "acl" / "inc"
     if acl.is_dir():
         includes.append(acl)
-    links = _lib_dir_flags(t / "lib", "-lc10") + _lib_dir_flags(n / "lib", "-ltorch_npu")
+    links = _lib_dir_flags(t / "lib", "-lc10") + _lib_dir_flags(n / "lib", "-ltorch_npu") + ["-ldl"]
     # The extension's own symbols must all resolve against libc10 and
     # libtorch_npu; libtorch_npu's dependencies (CANN, libtorch_cpu) are left
     # to the loader, as they are absent where it is built ahead of time.

@@ -11,7 +11,9 @@ device allocation) and a step ends after every ``optimizer.step()`` (a global
 optimizer step post-hook; with several optimizers the first one that steps
 paces the boundaries), or, under an engine that wraps the optimizer, after the
 engine's step (DeepSpeed's ``engine.step()`` at an accumulation boundary;
-``--step-at MODULE:QUALNAME`` names any other). The device is ``--device``, else
+``--step-at MODULE:QUALNAME`` names any other). Eval passes need no marks: the device extension reads
+torch's grad mode at every request (``torch.no_grad()`` outside autograd's
+backward is the eval phase; docs/allocator.md, "Request phases"). The device is ``--device``, else
 ``$TENSOR_ARENA_ALLOCATOR`` (``cpu``, ``cuda``, ``npu``), else the first of
 npu, cuda found by torch, else cpu; the choice is printed to stderr. At exit,
 ``--report`` prints the text report and the summary to stderr, ``--stats`` and

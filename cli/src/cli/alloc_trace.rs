@@ -113,7 +113,9 @@ fn to_doctor(name: &str, events: &[AllocEvent]) -> Result<Trace> {
                     })?;
                 }
             }
-            AllocEvent::SegmentAlloc { .. } | AllocEvent::SegmentFree { .. } => {}
+            AllocEvent::SegmentAlloc { .. }
+            | AllocEvent::SegmentFree { .. }
+            | AllocEvent::Phase(_) => {}
         }
     }
     Ok(b.finish())

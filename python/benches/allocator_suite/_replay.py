@@ -2,7 +2,7 @@
 
     python _replay.py TRACE.csv [POLICY_JSON]
 
-Every ``alloc`` / ``free`` / ``step_begin`` / ``step_end`` of the trace goes
+Every ``alloc`` / ``free`` / ``step_begin`` / ``step_end`` / ``phase`` of the trace goes
 through the library's C ABI (CPU backend, ``POLICY_JSON`` as the
 configuration: give the traced run's policy), in order; the policy sees
 the same sizes in the same order, so it makes the same decisions. After every
@@ -65,6 +65,10 @@ def main():
                 phase = lib.json("stats_json")["phase"]
                 step_peak = lib.json("stats_json")["reserved_bytes"]
                 lib.check(dll.tensor_arena_step_begin(), "step_begin")
+            elif event == "phase":
+                # The phase of the requests that follow (0 train, 1 eval), as the run's
+                # extension read it: replayed as a mark.
+                lib.check(dll.tensor_arena_set_phase(int(size)), f"set_phase {size}")
             elif event == "event":
                 raise SystemExit(f"replay: {path}: a second header line: more than one process wrote the trace")
             elif event == "step_end":

@@ -5,6 +5,9 @@
 // through function addresses handed over by ctypes: this file never names the
 // library, it only forwards torch's requests to it.
 //
+// Every request goes to tensor_arena_alloc_phase with the phase read at it
+// from torch's grad mode (docs/allocator.md, "Request phases").
+//
 // Behaviour kept from torch's DefaultCPUAllocator (c10/core/CPUAllocator.cpp):
 // a request of 0 bytes gives a null DataPtr without calling the library; the
 // context of every DataPtr is its data pointer, so raw_deleter() frees what
@@ -21,9 +24,12 @@
 #include <cstdint>
 #include <string>
 
+#include "phase.h"
+
 namespace {
 
-using AllocFn = void* (*)(std::size_t, int, void*);
+// tensor_arena_alloc_phase: the request and the phase read at it.
+using AllocFn = void* (*)(std::size_t, int, void*, int);
 using FreeFn = void (*)(void*, std::size_t, int, void*);
 using LastErrorFn = std::size_t (*)(char*, std::size_t);
 
@@ -64,7 +70,9 @@ class PlannedCpuAllocator final : public c10::Allocator {
     if (nbytes == 0) {
       return {nullptr, nullptr, &planned_delete, cpu};
     }
-    void* data = g_alloc.load(std::memory_order_acquire)(nbytes, kCpuDevice, nullptr);
+    // The phase of the request, read on the requesting thread (phase.h).
+    void* data = g_alloc.load(std::memory_order_acquire)(
+        nbytes, kCpuDevice, nullptr, tensor_arena::request_phase());
     TORCH_CHECK_WITH(
         OutOfMemoryError,
         data != nullptr,
@@ -93,8 +101,9 @@ PlannedCpuAllocator g_planned;
 extern "C" {
 
 // Registers the planned allocator as torch's CPU allocator at `priority`
-// (torch's own is registered at 0). Returns 0, or -1 when the function
-// addresses are missing or an allocator of higher priority keeps the slot.
+// (torch's own is registered at 0); `alloc_fn` is tensor_arena_alloc_phase.
+// Returns 0, or -1 when the function addresses are missing or an allocator of
+// higher priority keeps the slot.
 int tensor_arena_cpu_install(void* alloc_fn, void* free_fn, void* last_error_fn, int priority) {
   if (alloc_fn == nullptr || free_fn == nullptr || priority < 0 || priority > 255) {
     return -1;

@@ -9,8 +9,10 @@
 // changeCurrentAllocator are exported from libtorch_cuda.so) and answers
 // each of them from the allocator library:
 //
-//   alloc          NULL -> c10::OutOfMemoryError (torch.OutOfMemoryError) with
-//                  the library's last error; 0 bytes -> nullptr, no library call
+//   alloc          tensor_arena_alloc_phase with the phase read at the request
+//                  (grad mode off or inference mode: eval); NULL ->
+//                  c10::OutOfMemoryError (torch.OutOfMemoryError) with the
+//                  library's last error; 0 bytes -> nullptr, no library call
 //   getDeviceStats tensor_arena_device_stats_json, parsed into DeviceStats
 //   resetPeakStats / resetAccumulatedStats  the library's resets
 //   cacheInfo      tensor_arena_cache_info (largest free block)
@@ -77,7 +79,8 @@ std::function<void*(std::size_t, int, cudaStream_t)> alloc_fn(const LibraryTable
       // called for it.
       return nullptr;
     }
-    void* ptr = lib.alloc(size, device, stream);
+    // The phase read here, on the requesting thread (the grad mode).
+    void* ptr = lib.alloc_phase(size, device, stream, tensor_arena::request_phase());
     if (ptr == nullptr) {
       const std::string message = oom_message(size, device, lib);
       TORCH_CHECK_WITH(OutOfMemoryError, false, message);

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "json_reader.h"
+#include "phase.h"
 
 namespace tensor_arena {
 
@@ -33,13 +34,16 @@ struct LibraryTable {
   int (*set_memory_fraction)(double fraction, int device);
   std::size_t (*cache_info)();
   std::size_t (*snapshot_json)(char* buf, std::size_t cap);
+  // alloc with the phase read at the request (0 train, 1 eval).
+  void* (*alloc_phase)(std::size_t size, int device, void* stream, int phase);
 };
 
 // Every slot set: the library exports the whole ABI the extensions need.
 inline bool complete(const LibraryTable& t) {
   return t.abi_size == sizeof(LibraryTable) && t.alloc && t.free && t.last_error &&
       t.device_stats_json && t.reset_peak_stats && t.reset_accumulated_stats && t.record_stream &&
-      t.erase_stream && t.empty_cache && t.set_memory_fraction && t.cache_info && t.snapshot_json;
+      t.erase_stream && t.empty_cache && t.set_memory_fraction && t.cache_info && t.snapshot_json &&
+      t.alloc_phase;
 }
 
 // The whole text of one of the library's JSON getters (they return the full

@@ -125,12 +125,15 @@ int tensor_arena_npu_bind(const LibraryTable* table, char* err, std::size_t cap)
 
 // torch_npu's alloc signature: void*(size_t, int, aclrtStream). 0 bytes get
 // nullptr without a library call (torch asks for empty tensors; the DataPtr's
-// deleter is never called for nullptr).
+// deleter is never called for nullptr). The request goes to
+// tensor_arena_alloc_phase with the phase read here (grad mode off or
+// inference mode: eval).
 void* tensor_arena_npu_alloc(std::size_t size, int device, aclrtStream stream) {
   if (size == 0) {
     return nullptr;
   }
-  void* ptr = lib().alloc(size, device, stream);
+  // The phase read here, on the requesting thread (the grad mode).
+  void* ptr = lib().alloc_phase(size, device, stream, tensor_arena::request_phase());
   TORCH_CHECK_WITH(
       OutOfMemoryError,
       ptr != nullptr,
