@@ -521,17 +521,9 @@ impl AscendDevice {
                     let _ = result::free_physical(rt, vmm, handle);
                 }
             }
-            let out_of_memory = [
-                ACL_ERROR_RT_MEMORY_ALLOCATION,
-                ACL_ERROR_RT_DEVICE_OOM,
-                ACL_ERROR_BAD_ALLOC,
-            ]
-            .contains(&f.code);
-            return Err(if out_of_memory {
-                self.oom(len)
-            } else {
-                self.fail(f)
-            });
+            // The runtime's own error (aclrtMallocPhysical's out of memory
+            // included) names the call, its code and its message.
+            return Err(self.fail(f));
         }
         let mut map = self.inner.ranges.map.borrow_mut();
         if let Some(range) = map.get_mut(&base) {
