@@ -65,6 +65,7 @@ typedef struct aclrtPhysicalMemProp {
     aclrtMemLocation location;
     uint64_t reserve;
 } aclrtPhysicalMemProp;
+static_assert(sizeof(aclrtPhysicalMemProp) == 32, "acl_rt.h's layout: 3 enums, a location, a uint64_t");
 typedef enum aclrtMemGranularityOptions {
     ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
     ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
