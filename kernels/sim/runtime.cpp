@@ -551,7 +551,6 @@ TASIM_EXPORT aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, 
     }
     const std::string why = NotDevice(devPtr, maxCount);
     if (!why.empty()) {
-        Count("bad_device_pointers");
         return Fail(kInvalidParam, "aclrtMemset: " + std::to_string(maxCount) + " bytes at " + Hex(devPtr) + ": " +
                                        why);
     }

@@ -348,7 +348,7 @@ fn copies_reach_mapped_bytes_only_and_a_handle_keeps_its_bytes() {
         "{messages}"
     );
     assert_eq!(s.counter("unmapped_accesses"), 5);
-    assert_eq!(s.counter("bad_device_pointers"), 5);
+    assert_eq!(s.counter("bad_device_pointers"), 4, "the copies (aclrtMemset refuses uncounted)");
 
     // Unmapped, the bytes are gone from the address; mapped again
     // elsewhere, the handle still holds them.
