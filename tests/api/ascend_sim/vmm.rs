@@ -121,10 +121,8 @@ fn the_granularity_follows_the_memory_attribute() {
     // SAFETY: as above; an option outside the enum.
     assert_eq!(unsafe { (a.granularity)(&mut p, 7, &mut g) }, INVALID);
     // SAFETY: a null output.
-    assert_eq!(
-        unsafe { (a.granularity)(&mut p, 0, std::ptr::null_mut()) },
-        INVALID
-    );
+    let rc = unsafe { (a.granularity)(&mut p, 0, std::ptr::null_mut()) };
+    assert_eq!(rc, INVALID);
     sim().reset();
 }
 
@@ -315,16 +313,12 @@ fn copies_reach_mapped_bytes_only_and_a_handle_keeps_its_bytes() {
     let data: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
     let edge = at(base, G - 100);
     // SAFETY: the destination lies in mapped memory; `data` holds 200 bytes.
-    assert_eq!(
-        unsafe { (a.memcpy)(edge, 200, data.as_ptr().cast(), 200, 1) },
-        0
-    );
+    let rc = unsafe { (a.memcpy)(edge, 200, data.as_ptr().cast(), 200, 1) };
+    assert_eq!(rc, 0);
     let mut back = vec![0u8; 200];
     // SAFETY: as above, device to host.
-    assert_eq!(
-        unsafe { (a.memcpy)(back.as_mut_ptr().cast(), 200, edge, 200, 2) },
-        0
-    );
+    let rc = unsafe { (a.memcpy)(back.as_mut_ptr().cast(), 200, edge, 200, 2) };
+    assert_eq!(rc, 0);
     assert_eq!(back, data);
 
     // The third granule is reserved, not mapped: every access is refused.
@@ -348,24 +342,24 @@ fn copies_reach_mapped_bytes_only_and_a_handle_keeps_its_bytes() {
         "{messages}"
     );
     assert_eq!(s.counter("unmapped_accesses"), 5);
-    assert_eq!(s.counter("bad_device_pointers"), 4, "the copies (aclrtMemset refuses uncounted)");
+    assert_eq!(
+        s.counter("bad_device_pointers"),
+        4,
+        "the copies (aclrtMemset refuses uncounted)"
+    );
 
     // Unmapped, the bytes are gone from the address; mapped again
     // elsewhere, the handle still holds them.
     // SAFETY: mapped at `base` with h0; no work is queued.
     assert_eq!(unsafe { (a.unmap)(base) }, 0);
     // SAFETY: refused: unmapped now.
-    assert_eq!(
-        unsafe { (a.memcpy)(back.as_mut_ptr().cast(), 100, edge, 100, 2) },
-        INVALID
-    );
+    let rc = unsafe { (a.memcpy)(back.as_mut_ptr().cast(), 100, edge, 100, 2) };
+    assert_eq!(rc, INVALID);
     assert_eq!(a.map(at(base, 3 * G), G, h0), 0);
     let moved = at(base, 4 * G - 100);
     // SAFETY: mapped again at +3G.
-    assert_eq!(
-        unsafe { (a.memcpy)(back.as_mut_ptr().cast(), 100, moved, 100, 2) },
-        0
-    );
+    let rc = unsafe { (a.memcpy)(back.as_mut_ptr().cast(), 100, moved, 100, 2) };
+    assert_eq!(rc, 0);
     assert_eq!(back[..100], data[..100]);
 
     // Freeing a mapped handle succeeds, but the memory stays (and stays
