@@ -41,16 +41,8 @@ impl Sim {
         Sim { lib }
     }
 
-    fn device_counter(&self, id: i32, name: &str) -> u64 {
-        let c = CString::new(name).unwrap();
-        // SAFETY: `uint64_t tasim_device_counter(int32_t, const char *)`.
-        unsafe {
-            let f: unsafe extern "C" fn(i32, *const c_char) -> u64 =
-                *self.lib.get(b"tasim_device_counter").unwrap();
-            f(id, c.as_ptr())
-        }
-    }
-
+    /// A counter of this thread's calls (`physical_bytes_in_use`: what its
+    /// live physical handles charge).
     fn counter(&self, name: &str) -> u64 {
         let c = CString::new(name).unwrap();
         // SAFETY: `uint64_t tasim_counter(const char *)`.
@@ -86,11 +78,11 @@ fn a_range_maps_granules_holds_bytes_and_refuses_unmapped_ones() {
         .map_granularity()
         .expect("the simulation has mapped ranges");
     assert_eq!(g, 2 * MIB, "ACL_HBM_MEM_HUGE pages");
-    let before = s.device_counter(DEVICE, "in_use");
+    let before = s.counter("physical_bytes_in_use");
     let base = b.reserve_address(4 * g).unwrap();
     assert_eq!(base % g, 0);
     assert_eq!(
-        s.device_counter(DEVICE, "in_use"),
+        s.counter("physical_bytes_in_use"),
         before,
         "address space costs no memory"
     );
@@ -101,7 +93,7 @@ fn a_range_maps_granules_holds_bytes_and_refuses_unmapped_ones() {
     b.map(base + g, 2 * g).unwrap();
     assert_eq!(b.reserved_bytes(), 2 * g as u64);
     assert_eq!(
-        s.device_counter(DEVICE, "in_use") - before,
+        s.counter("physical_bytes_in_use") - before,
         2 * g as u64,
         "the runtime charges the mapped granules"
     );
@@ -137,7 +129,7 @@ fn a_range_maps_granules_holds_bytes_and_refuses_unmapped_ones() {
 
     b.release_address(base);
     assert_eq!(b.reserved_bytes(), 0);
-    assert_eq!(s.device_counter(DEVICE, "in_use"), before);
+    assert_eq!(s.counter("physical_bytes_in_use"), before);
     assert!(b.read(base + 2 * g, &mut one).is_err(), "released");
     assert_eq!(
         s.counter("bad_device_pointers"),
@@ -174,7 +166,7 @@ fn a_mapping_the_runtime_refuses_is_a_clear_error_and_leaves_nothing() {
     let s = Sim::open();
     let g = b.map_granularity().unwrap();
     let base = b.reserve_address(8 * g).unwrap();
-    let before = s.device_counter(DEVICE, "in_use");
+    let before = s.counter("physical_bytes_in_use");
 
     // The third physical allocation runs out of memory: the two before it
     // are unmapped and freed again.
@@ -186,7 +178,7 @@ fn a_mapping_the_runtime_refuses_is_a_clear_error_and_leaves_nothing() {
             && e.contains("ACL_ERROR_RT_MEMORY_ALLOCATION"),
         "{e}"
     );
-    assert_eq!(s.device_counter(DEVICE, "in_use"), before);
+    assert_eq!(s.counter("physical_bytes_in_use"), before);
     assert_eq!(b.reserved_bytes(), 0);
     let mut one = [0u8; 1];
     assert!(b.read(base, &mut one).is_err(), "rolled back");
@@ -195,13 +187,13 @@ fn a_mapping_the_runtime_refuses_is_a_clear_error_and_leaves_nothing() {
     s.arm(b"tasim_fail_map", 2, 507_899);
     let e = b.map(base, 2 * g).unwrap_err().to_string();
     assert!(e.contains("aclrtMapMem") && e.contains("507899"), "{e}");
-    assert_eq!(s.device_counter(DEVICE, "in_use"), before);
+    assert_eq!(s.counter("physical_bytes_in_use"), before);
 
     // Afterwards the same granules map.
     b.map(base, 4 * g).unwrap();
     b.fill(base, 4 * g, 1).unwrap();
     b.release_address(base);
-    assert_eq!(s.device_counter(DEVICE, "in_use"), before);
+    assert_eq!(s.counter("physical_bytes_in_use"), before);
 }
 
 #[derive(Debug, Clone)]

@@ -136,6 +136,8 @@ struct Counters {
 struct Ranges {
     runtime: AscendRuntime,
     map: RefCell<BTreeMap<usize, MappedRange>>,
+    /// The granularity, once the runtime has answered.
+    granularity: Cell<Option<usize>>,
 }
 
 /// One reserved range: its length and its mapped granules (address ->
@@ -239,6 +241,7 @@ impl AscendDevice {
                 ranges: Ranges {
                     runtime,
                     map: RefCell::new(BTreeMap::new()),
+                    granularity: Cell::new(None),
                 },
                 _context: context,
                 runtime,
@@ -392,6 +395,9 @@ impl AscendDevice {
     /// minimum, for 2 MiB HBM pages). [`Error::MissingSymbol`] when the
     /// runtime has no virtual-memory calls.
     pub fn map_granularity(&self) -> Result<usize> {
+        if let Some(g) = self.inner.ranges.granularity.get() {
+            return Ok(g);
+        }
         let vmm = self.vmm()?;
         // SAFETY: the runtime is loaded and this thread's device is set.
         let g =
@@ -403,6 +409,7 @@ impl AscendDevice {
                 format!("aclrtMemGetAllocationGranularity answered {g} bytes, not a power of two"),
             ));
         }
+        self.inner.ranges.granularity.set(Some(g));
         Ok(g)
     }
 
