@@ -16,9 +16,10 @@
 //!   [`Kernels`](crate::device::Kernels)), [`AscendSlab`] (one `aclrtMalloc`,
 //!   sized with the runtime's headroom, freed on drop), mapped ranges on
 //!   the device (`AscendDevice::reserve_address` / `map` / `unmap` /
-//!   `release_address`: `aclrtReserveMemAddress`, one `aclrtMallocPhysical`
-//!   + `aclrtMapMem` per granule; optional symbols, absent from older
-//!   runtimes), and [`aclnn`] operators on leases with reused executors.
+//!   `release_address`: `aclrtReserveMemAddress`, then one
+//!   `aclrtMallocPhysical` and `aclrtMapMem` per granule; optional symbols,
+//!   absent from older runtimes), and [`aclnn`] operators on leases with
+//!   reused executors.
 //!
 //! The operator libraries are CANN's per-repository `libopapi_nn.so` and
 //! `libopapi_math.so`, with the combined `libopapi.so` only for operators
