@@ -300,6 +300,9 @@ void ReleaseDevice(int32_t id)
     for (const auto &a : p.allocations) {
         live = live || a.second.device == id;
     }
+    for (const Physical *h : p.physicals) {
+        live = live || h->device == id;
+    }
     if (live) {
         Count("reset_with_live_resources");
     }
@@ -309,7 +312,7 @@ void ReleaseDevice(int32_t id)
 bool Deinitialise()
 {
     Process &p = Proc();
-    const bool live = !p.allocations.empty() || !p.streams.empty();
+    const bool live = !p.allocations.empty() || !p.streams.empty() || !p.physicals.empty() || !p.ranges.empty();
     if (live) {
         Count("finalize_with_live_resources");
     }
