@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_void};
 
 use super::open;
 use crate::support::sim::{self, OOM, devices, sim};
+use tensor_arena::device::ascend::abi::Tiling;
 use tensor_arena::device::ascend::sys::{
     ACL_HBM_MEM_HUGE, ACL_MEM_ALLOCATION_TYPE_PINNED, ACL_MEM_HANDLE_TYPE_NONE,
     ACL_MEM_LOCATION_TYPE_DEVICE, AclrtMemLocation, AclrtPhysicalMemProp, Loaded, VmmFns,
@@ -391,28 +392,65 @@ fn copies_reach_mapped_bytes_only_and_a_handle_keeps_its_bytes() {
 }
 
 #[test]
-fn a_kernel_on_an_unmapped_address_is_an_aicore_exception() {
+fn kernels_run_on_mapped_bytes_and_an_unmapped_operand_is_an_aicore_exception() {
     let s = sim();
     let dev = open(sim::config().device(devices::VMM));
     let a = acl();
     let (_, base) = a.reserve(2 * G);
+    let (_, h) = a.physical(G, &prop(ACL_HBM_MEM_HUGE, devices::VMM as u32), 0);
+    assert_eq!(a.map(base, G, h), 0);
+    let values: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    let tiling = Tiling::new(64, 1).expect("a valid tiling");
+    type MulScalar = unsafe extern "C" fn(u32, Ptr, Ptr, f32, u64, u64, u32) -> u32;
+    let sync: unsafe extern "C" fn(Ptr) -> i32 =
+        // SAFETY: `aclError aclrtSynchronizeStream(aclrtStream)`.
+        unsafe { s.function("aclrtSynchronizeStream") };
     // SAFETY: the kernel library next to the simulated runtime (the
     // instance the device loaded), whose stubs have CANN's generated
     // signature: (numBlocks, stream, x, s, totalLength, blockLength,
-    // tileLength).
-    let code = unsafe {
+    // tileLength); `base` holds 64 mapped f32, `values` 256 bytes; the
+    // default stream of this thread's device.
+    let (on_mapped, on_hole) = unsafe {
         let lib = libloading::Library::new(sim::kernel_lib()).expect("the kernel library loads");
-        let f: unsafe extern "C" fn(u32, Ptr, Ptr, f32, u64, u64, u32) -> u32 = *lib
+        let f: MulScalar = *lib
             .get(b"aclrtlaunch_ta_mul_scalar_f32")
             .expect("a launch stub");
-        f(1, std::ptr::null_mut(), base, 2.0, 64, 64, 64)
+        assert_eq!((a.memcpy)(base, 256, values.as_ptr().cast(), 256, 1), 0);
+        let run = |x: Ptr| {
+            f(
+                tiling.num_blocks,
+                std::ptr::null_mut(),
+                x,
+                2.0,
+                tiling.total_length,
+                tiling.block_length,
+                tiling.tile_length,
+            )
+        };
+        let on_mapped = run(base);
+        assert_eq!(sync(std::ptr::null_mut()), 0);
+        (on_mapped, run(at(base, G)))
     };
-    assert_eq!(code as i32, AICORE);
+    assert_eq!(on_mapped, 0, "a kernel on mapped memory runs");
+    let mut back = vec![0f32; 64];
+    // SAFETY: 256 mapped bytes to a 256-byte host buffer; the stream is
+    // drained.
+    let rc = unsafe { (a.memcpy)(back.as_mut_ptr().cast(), 256, base, 256, 2) };
+    assert_eq!(rc, 0);
+    assert!(
+        back.iter().zip(&values).all(|(b, v)| *b == 2.0 * v),
+        "{back:?}"
+    );
+    assert_eq!(on_hole as i32, AICORE, "the second granule is not mapped");
     assert_eq!(s.counter("bad_kernel_operands"), 1);
-    assert_eq!(s.counter("kernel_launches"), 0, "nothing ran");
+    assert_eq!(s.counter("kernel_launches"), 1, "only the first ran");
     assert!(s.recent_messages().contains("not mapped"));
-    // SAFETY: nothing mapped in it.
-    assert_eq!(unsafe { (a.release)(base) }, 0);
+    // SAFETY: mapped at `base`; nothing queued; then the handle and range.
+    unsafe {
+        assert_eq!((a.unmap)(base), 0);
+        assert_eq!((a.free_physical)(h), 0);
+        assert_eq!((a.release)(base), 0);
+    }
     s.reset();
     drop(dev);
     s.assert_clean();
@@ -470,13 +508,17 @@ fn the_device_maps_granules_and_releases_what_it_holds_when_dropped() -> Result<
 #[test]
 fn a_runtime_without_the_virtual_memory_calls_names_the_first_missing() {
     // The kernel library exports none of them: resolving the table from
-    // it is what a runtime that lacks them gives.
+    // it is what a runtime that lacks them gives. The device loads the
+    // runtime into the global scope first, where the kernel library's
+    // constructor finds `aclrtGetSocName` (as with CANN's).
+    let dev = open(sim::config().device(devices::VMM));
     let path = sim::kernel_lib();
-    // SAFETY: the simulated kernel library, loaded already by other tests
-    // or loadable on its own (its constructor only checks the SoC).
+    // SAFETY: the simulated kernel library, loaded already by the device
+    // (its constructor only checks the SoC).
     let lib = unsafe { tensor_arena::device::ascend::sys::open(&path, false) }.expect("loads");
     let loaded = Loaded { lib, path };
     // SAFETY: the table is dropped right away and never called.
     let missing = unsafe { VmmFns::resolve(&loaded) }.err();
     assert_eq!(missing, Some("aclrtMemGetAllocationGranularity"));
+    drop(dev);
 }
