@@ -237,7 +237,12 @@ impl Simulation {
         let mut cmd = shared_library(
             compiler,
             &self.kernels,
-            &[src("runtime.cpp"), src("control.cpp"), src("nnopbase.cpp")],
+            &[
+                src("runtime.cpp"),
+                src("control.cpp"),
+                src("nnopbase.cpp"),
+                src("vmm.cpp"),
+            ],
             &runtime,
         );
         soname(&mut cmd, "libascendcl.so");

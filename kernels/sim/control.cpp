@@ -23,7 +23,7 @@ TASIM_EXPORT void tasim_reset(void)
     me.counters["live_int_arrays"] = arrays;
     me.counters["live_executors"] = executors;
     me.fail_malloc = me.fail_memcpy = me.fail_launch = me.fail_op = me.fail_sync = me.fail_launch_malloc =
-        me.refuse_repeatable = Fault();
+        me.refuse_repeatable = me.fail_physical = me.fail_map = Fault();
     me.errors.clear();
 }
 
@@ -107,6 +107,23 @@ TASIM_EXPORT uint64_t tasim_counter(const char *name)
         uint64_t count = 0;
         for (const Stream *s : p.streams) {
             count += s->owner == me.id ? 1 : 0;
+        }
+        return count;
+    }
+    if (n == "live_physical_handles" || n == "physical_bytes_in_use") {
+        uint64_t count = 0, bytes = 0;
+        for (const Physical *h : p.physicals) {
+            if (h->owner == me.id) {
+                count += 1;
+                bytes += h->charged;
+            }
+        }
+        return n == "live_physical_handles" ? count : bytes;
+    }
+    if (n == "live_ranges") {
+        uint64_t count = 0;
+        for (const auto &r : p.ranges) {
+            count += r.second.owner == me.id ? 1 : 0;
         }
         return count;
     }

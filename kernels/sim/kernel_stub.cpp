@@ -46,6 +46,7 @@
 TASIM_EXPORT const char *aclrtGetSocName(void);
 TASIM_EXPORT uint32_t tasim_launch_malloc(void **devPtr, uint64_t size, int policy);
 TASIM_EXPORT uint32_t tasim_launch_free(void *devPtr);
+TASIM_EXPORT uint32_t tasim_check_operands(const char *kernel, const void *x, uint64_t bytes, const void *other);
 
 namespace {
 
@@ -104,8 +105,10 @@ __attribute__((constructor)) void RegisterKernels()
 constexpr int kStubPolicy = 1 | 0x1000;
 constexpr uint64_t kOverflowStatusSize = 8;
 
+// `x` (of `n` elements) and `other` are the kernel's global-memory operands,
+// checked against the runtime's device memory (mapped pages only) first.
 template <typename Fn, typename Call>
-uint32_t Launch(Fn fn, const char *kernel, Call &&call)
+uint32_t Launch(Fn fn, const char *kernel, const void *x, uint64_t n, const void *other, Call &&call)
 {
     if (g_handle == nullptr) {
         std::printf("[ERROR] %s\n", g_error);
@@ -116,6 +119,9 @@ uint32_t Launch(Fn fn, const char *kernel, Call &&call)
         // ACL_ERROR_RT_KERNEL_LOOKUP: the binary lacks the kernel.
         std::printf("[ERROR] %s is not in the registered binary\n", kernel);
         return 507027;
+    }
+    if (const uint32_t bad = tasim_check_operands(kernel, x, n, other)) {
+        return bad;
     }
     void *overflow = nullptr;
     // CANN's stub ignores this allocation's status; the simulation fails the
@@ -144,7 +150,7 @@ Fn Resolve(const char *symbol)
     {                                                                                                              \
         using Fn = uint32_t (*)(uint32_t, void *, void *, float, uint64_t, uint64_t, uint64_t, uint64_t, uint32_t); \
         static const Fn fn = Resolve<Fn>("aclrtlaunch_" #kernel);                                                 \
-        return Launch(fn, #kernel,                                                                                 \
+        return Launch(fn, #kernel, x, totalLength, nullptr,                                                        \
                       [&](Fn f) { return f(numBlocks, stream, x, p, seed, offset, totalLength, blockLength, tileLength); }); \
     }
 
@@ -156,7 +162,7 @@ Fn Resolve(const char *symbol)
         using Fn = uint32_t (*)(uint32_t, void *, void *, void *, float, uint64_t, uint64_t, uint64_t, uint64_t,  \
                                 uint32_t);                                                                         \
         static const Fn fn = Resolve<Fn>("aclrtlaunch_" #kernel);                                                 \
-        return Launch(fn, #kernel, [&](Fn f) {                                                                     \
+        return Launch(fn, #kernel, x, totalLength, bits, [&](Fn f) {                                              \
             return f(numBlocks, stream, x, bits, p, seed, offset, totalLength, blockLength, tileLength);          \
         });                                                                                                        \
     }
@@ -167,7 +173,7 @@ Fn Resolve(const char *symbol)
     {                                                                                                              \
         using Fn = uint32_t (*)(uint32_t, void *, void *, void *, float, uint64_t, uint64_t, uint32_t);           \
         static const Fn fn = Resolve<Fn>("aclrtlaunch_" #kernel);                                                 \
-        return Launch(fn, #kernel,                                                                                 \
+        return Launch(fn, #kernel, x, totalLength, mask,                                                           \
                       [&](Fn f) { return f(numBlocks, stream, x, mask, scale, totalLength, blockLength, tileLength); }); \
     }
 
@@ -177,7 +183,7 @@ Fn Resolve(const char *symbol)
     {                                                                                                              \
         using Fn = uint32_t (*)(uint32_t, void *, void *, void *, uint64_t, uint64_t, uint32_t);                  \
         static const Fn fn = Resolve<Fn>("aclrtlaunch_" #kernel);                                                 \
-        return Launch(fn, #kernel,                                                                                 \
+        return Launch(fn, #kernel, x, totalLength, y,                                                              \
                       [&](Fn f) { return f(numBlocks, stream, x, y, totalLength, blockLength, tileLength); });    \
     }
 
@@ -187,7 +193,7 @@ Fn Resolve(const char *symbol)
     {                                                                                                              \
         using Fn = uint32_t (*)(uint32_t, void *, void *, float, uint64_t, uint64_t, uint32_t);                   \
         static const Fn fn = Resolve<Fn>("aclrtlaunch_" #kernel);                                                 \
-        return Launch(fn, #kernel,                                                                                 \
+        return Launch(fn, #kernel, x, totalLength, nullptr,                                                        \
                       [&](Fn f) { return f(numBlocks, stream, x, s, totalLength, blockLength, tileLength); });    \
     }
 

@@ -3,6 +3,7 @@
 // call and the scratch allocation of the simulated launch stubs. See
 // README.md for the behaviour modelled and where each rule comes from.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -26,6 +27,7 @@ Process::~Process()
     for (Event *e : events) {
         delete e;
     }
+    ReleaseVmm(*this);
 }
 
 Process &Proc()
@@ -53,18 +55,59 @@ int32_t Fail(int32_t code, const std::string &message)
     return code;
 }
 
-bool IsDevice(const void *p, uint64_t bytes)
+std::string NotDevice(const void *p, uint64_t bytes)
 {
     Lock lock(Proc().mu);
-    const auto &all = Proc().allocations;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const auto &all = Proc().allocations;
     auto it = all.upper_bound(a);
-    if (it == all.begin()) {
-        return false;
+    if (it != all.begin()) {
+        --it;
+        if (a - it->first <= it->second.size && bytes <= it->second.size - (a - it->first)) {
+            return "";
+        }
     }
-    --it;
-    return a >= it->first && a - it->first <= it->second.size && bytes <= it->second.size - (a - it->first);
+    // A reserved range: device memory where, and only where, a handle is
+    // mapped; the bytes may span adjacent mappings of different handles
+    // (hicann/runtime docs/zh/api_ref/11-04_virtual_memory_management.md:
+    // the range is "地址连续的虚拟内存", contiguous addresses over separate
+    // physical allocations).
+    const auto &ranges = Proc().ranges;
+    auto r = ranges.upper_bound(a);
+    if (r == ranges.begin()) {
+        return "not inside a live allocation or a reserved range";
+    }
+    --r;
+    const uintptr_t base = r->first;
+    const Range &range = r->second;
+    if (a - base >= range.size) {
+        return "not inside a live allocation or a reserved range";
+    }
+    // A zero-byte access still names one byte.
+    const uint64_t need = bytes == 0 ? 1 : bytes;
+    if (need > range.size - (a - base)) {
+        return "runs past the end of its reserved range";
+    }
+    uintptr_t at = a;
+    const uintptr_t end = a + need;
+    while (at < end) {
+        auto m = range.mappings.upper_bound(at);
+        bool mapped = false;
+        if (m != range.mappings.begin()) {
+            --m;
+            mapped = at - m->first < m->second->size;
+        }
+        if (!mapped) {
+            Count("unmapped_accesses");
+            return "lies in a reserved range where the byte " + std::to_string(at - base) +
+                   " from its base is not mapped (no aclrtMapMem there)";
+        }
+        at = m->first + m->second->size;
+    }
+    return "";
 }
+
+bool IsDevice(const void *p, uint64_t bytes) { return NotDevice(p, bytes).empty(); }
 
 Stream *FindStream(aclrtStream s)
 {
@@ -109,6 +152,13 @@ namespace {
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 } // namespace
+
+std::string Hex(const void *p)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%#llx", static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p)));
+    return buf;
+}
 
 // aclrtMalloc's accounting (hicann/runtime src/acl/aclrt_impl/memory.cpp,
 // aclMallocMemInner and GetAlignedAndPaddingSize; docs/zh/api_ref/
@@ -250,6 +300,9 @@ void ReleaseDevice(int32_t id)
     for (const auto &a : p.allocations) {
         live = live || a.second.device == id;
     }
+    for (const Physical *h : p.physicals) {
+        live = live || h->device == id;
+    }
     if (live) {
         Count("reset_with_live_resources");
     }
@@ -259,7 +312,7 @@ void ReleaseDevice(int32_t id)
 bool Deinitialise()
 {
     Process &p = Proc();
-    const bool live = !p.allocations.empty() || !p.streams.empty();
+    const bool live = !p.allocations.empty() || !p.streams.empty() || !p.physicals.empty() || !p.ranges.empty();
     if (live) {
         Count("finalize_with_live_resources");
     }
@@ -496,8 +549,13 @@ TASIM_EXPORT aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, 
     if (!Ready("aclrtMemset", &code)) {
         return code;
     }
-    if (count > maxCount || !IsDevice(devPtr, maxCount)) {
-        return Fail(kInvalidParam, "aclrtMemset: range is not inside one device allocation, or count > maxCount");
+    if (count > maxCount) {
+        return Fail(kInvalidParam, "aclrtMemset: count > maxCount");
+    }
+    const std::string why = NotDevice(devPtr, maxCount);
+    if (!why.empty()) {
+        return Fail(kInvalidParam, "aclrtMemset: " + std::to_string(maxCount) + " bytes at " + Hex(devPtr) + ": " +
+                                       why);
     }
     Lock lock(Proc().mu);
     if (PendingWork(Me().device) != 0) {
@@ -522,26 +580,32 @@ TASIM_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, si
     if (dst == nullptr || src == nullptr || count > destMax) {
         return Fail(kInvalidParam, "aclrtMemcpy: null pointer or count > destMax");
     }
-    bool ok;
+    std::string why;
     switch (kind) {
     case 0: // host to host
-        ok = true;
         break;
     case 1: // host to device
-        ok = IsDevice(dst, count);
+        why = NotDevice(dst, count);
+        why = why.empty() ? why : "destination " + Hex(dst) + " " + why;
         break;
     case 2: // device to host
-        ok = IsDevice(src, count);
+        why = NotDevice(src, count);
+        why = why.empty() ? why : "source " + Hex(src) + " " + why;
         break;
     case 3: // device to device
-        ok = IsDevice(dst, count) && IsDevice(src, count);
+        why = NotDevice(dst, count);
+        why = why.empty() ? why : "destination " + Hex(dst) + " " + why;
+        if (why.empty()) {
+            why = NotDevice(src, count);
+            why = why.empty() ? why : "source " + Hex(src) + " " + why;
+        }
         break;
     default:
         return Fail(kInvalidParam, "aclrtMemcpy: kind " + std::to_string(kind) + " is not simulated");
     }
-    if (!ok) {
+    if (!why.empty()) {
         Count("bad_device_pointers");
-        return Fail(kInvalidParam, "aclrtMemcpy: the device side is not inside one live allocation");
+        return Fail(kInvalidParam, "aclrtMemcpy of " + std::to_string(count) + " bytes: " + why);
     }
     int32_t injected;
     if (Me().fail_memcpy.Trip(&injected)) {

@@ -39,6 +39,39 @@ typedef enum aclrtEventRecordedStatus {
     ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
 } aclrtEventRecordedStatus;
 
+// Virtual memory management (acl/acl_rt.h and acl/acl_base_rt.h of
+// hicann/runtime; hicann/runtime docs/zh/api_ref/25-04_Structs.md
+// aclrtPhysicalMemProp, 25-02_Enumerations.md aclrtMemAttr).
+typedef void *aclrtDrvMemHandle;
+typedef enum aclrtMemHandleType {
+    ACL_MEM_HANDLE_TYPE_NONE = 0,
+} aclrtMemHandleType;
+typedef enum aclrtMemAllocationType {
+    ACL_MEM_ALLOCATION_TYPE_PINNED = 0,
+} aclrtMemAllocationType;
+typedef enum aclrtMemLocationType {
+    ACL_MEM_LOCATION_TYPE_HOST = 0,
+    ACL_MEM_LOCATION_TYPE_DEVICE,
+} aclrtMemLocationType;
+typedef struct aclrtMemLocation {
+    uint32_t id;
+    aclrtMemLocationType type;
+} aclrtMemLocation;
+typedef int aclrtMemAttr; // the C enum: ACL_DDR_MEM = 0 ... ACL_MEM_P2P_HUGE1G = 17
+typedef struct aclrtPhysicalMemProp {
+    aclrtMemHandleType handleType;
+    aclrtMemAllocationType allocationType;
+    aclrtMemAttr memAttr;
+    aclrtMemLocation location;
+    uint64_t reserve;
+} aclrtPhysicalMemProp;
+static_assert(sizeof(aclrtPhysicalMemProp) == 32, "acl_rt.h's layout: 3 enums, a location, a uint64_t");
+typedef enum aclrtMemGranularityOptions {
+    ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+    ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+    ACL_RT_MEM_ALLOC_GRANULARITY_UNDEF = 0xFFFF,
+} aclrtMemGranularityOptions;
+
 namespace tasim {
 
 // Codes from acl_base_rt.h, error_codes/rt_error_codes.h and the aclnn
@@ -55,6 +88,7 @@ constexpr aclError kRtStreamContext = 107003;    // ACL_ERROR_RT_STREAM_CONTEXT
 constexpr aclError kRtMemoryAllocation = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
 constexpr aclError kRtMemoryFree = 207002;       // ACL_ERROR_RT_MEMORY_FREE
 constexpr aclError kRtInternalError = 507899;    // ACL_ERROR_RT_INTERNAL_ERROR
+constexpr aclError kRtAicoreException = 507015;  // ACL_ERROR_RT_AICORE_EXCEPTION
 constexpr aclnnStatus kNnParamNullptr = 161001;  // ACLNN_ERR_PARAM_NULLPTR
 constexpr aclnnStatus kNnParamInvalid = 161002;  // ACLNN_ERR_PARAM_INVALID
 constexpr aclnnStatus kNnRuntimeError = 361001;  // ACLNN_ERR_RUNTIME_ERROR
@@ -124,6 +158,28 @@ struct Device {
     Stream default_stream;
 };
 
+// One aclrtMallocPhysical handle: device memory with no address until it
+// is mapped. Its bytes live in a memfd, so a mapping shows the handle's own
+// bytes (unmapping and mapping again elsewhere keeps them).
+struct Physical {
+    uint64_t size;    // bytes asked for (what aclrtMapMem must be given)
+    uint64_t charged; // the size rounded up to the attribute's granularity
+    uint64_t granularity;
+    int32_t device;   // prop.location.id
+    uint64_t owner;   // allocating thread
+    int fd;           // the memfd holding the bytes
+    uintptr_t mapped_at = 0; // where it is mapped (0: nowhere)
+    bool freed = false;      // aclrtFreePhysical called while mapped
+};
+
+// One aclrtReserveMemAddress range: host address space reserved with
+// PROT_NONE, into which handles are mapped (MAP_FIXED) and unmapped.
+struct Range {
+    uint64_t size;
+    uint64_t owner; // reserving thread
+    std::map<uintptr_t, Physical *> mappings; // by mapped address
+};
+
 struct Alloc {
     uint64_t size;    // bytes asked for (the range kernels may touch)
     uint64_t charged; // bytes taken from the device (alignment, pages)
@@ -142,6 +198,8 @@ struct Process {
     std::set<Stream *> streams;
     std::set<Event *> events;
     std::set<const void *> executors;
+    std::set<Physical *> physicals;
+    std::map<uintptr_t, Range> ranges; // by base
     ~Process();
 };
 
@@ -151,7 +209,8 @@ struct Thread {
     int32_t device = -1; // set by aclrtSetDevice on this thread
     std::map<int32_t, int64_t> device_refs; // this thread's sets minus resets
     std::map<std::string, uint64_t> counters;
-    Fault fail_malloc, fail_memcpy, fail_launch, fail_op, fail_sync, fail_launch_malloc, refuse_repeatable;
+    Fault fail_malloc, fail_memcpy, fail_launch, fail_op, fail_sync, fail_launch_malloc, refuse_repeatable,
+        fail_physical, fail_map;
     std::vector<std::string> errors; // oldest first; aclGetRecentErrMsg returns newest first
     std::string returned;            // what the last aclGetRecentErrMsg handed out
 };
@@ -166,8 +225,21 @@ inline void Count(const char *name, uint64_t n = 1) { Me().counters[name] += n; 
 // Pushes `message` on this thread's error stack and returns `code`.
 TASIM_SHARED int32_t Fail(int32_t code, const std::string &message);
 
-// Whether [p, p + bytes) lies inside one live allocation.
+// Whether [p, p + bytes) lies inside one live allocation, or inside one
+// reserved range in mapped memory only.
 TASIM_SHARED bool IsDevice(const void *p, uint64_t bytes);
+
+// Why [p, p + bytes) is not device memory ("" when it is): outside every
+// allocation and range, or in a reserved range where some of it is not
+// mapped (counted as "unmapped_accesses").
+TASIM_SHARED std::string NotDevice(const void *p, uint64_t bytes);
+
+// `p` as 0x... for messages.
+TASIM_SHARED std::string Hex(const void *p);
+
+// Unmaps and returns what the process still holds of reserved ranges and
+// physical handles (at exit, vmm.cpp).
+void ReleaseVmm(Process &p);
 
 // The stream `s` names (null: the current device's default stream), or
 // null if it is not live. Caller holds Proc().mu.

@@ -23,6 +23,7 @@ mod fidelity;
 mod launches;
 mod libraries;
 mod memory;
+mod vmm;
 
 use crate::support::elem::Elem;
 

@@ -41,6 +41,10 @@ pub mod devices {
     pub const SETTINGS: i32 = 4;
     /// Capacity changed (mid-run exhaustion without headroom).
     pub const EXHAUSTED: i32 = 5;
+    /// Virtual memory management (physical memory accounting).
+    pub const VMM: i32 = 6;
+    /// Capacity changed (physical memory out of memory).
+    pub const VMM_CAPACITY: i32 = 7;
     /// One past the last device.
     pub const MISSING: i32 = 8;
 }
@@ -233,6 +237,16 @@ impl Sim {
         self.arm("launch_malloc", nth, code);
     }
 
+    /// The `nth` aclrtMallocPhysical from now fails with `code`.
+    pub fn fail_malloc_physical(&self, nth: u64, code: i32) {
+        self.arm("malloc_physical", nth, code);
+    }
+
+    /// The `nth` aclrtMapMem from now fails with `code`.
+    pub fn fail_map(&self, nth: u64, code: i32) {
+        self.arm("map", nth, code);
+    }
+
     /// The `nth` aclSetAclOpExecutorRepeatable from now answers 561000.
     pub fn refuse_repeatable(&self, nth: u64) {
         // SAFETY: `void tasim_refuse_repeatable(uint64_t)`.
@@ -245,6 +259,23 @@ impl Sim {
         // SAFETY: `uint64_t tasim_counter(const char *)`, given a
         // NUL-terminated string that outlives the call.
         unsafe { self.f::<unsafe extern "C" fn(*const c_char) -> u64>("tasim_counter")(c.as_ptr()) }
+    }
+
+    /// This thread's error messages since the last call, newest first
+    /// (`aclGetRecentErrMsg`), or "".
+    pub fn recent_messages(&self) -> String {
+        // SAFETY: `const char *aclGetRecentErrMsg(void)`.
+        let f: unsafe extern "C" fn() -> *const c_char = unsafe { self.f("aclGetRecentErrMsg") };
+        // SAFETY: null or a NUL-terminated string valid until the next call
+        // on this thread, copied at once.
+        unsafe {
+            let p = f();
+            if p.is_null() {
+                String::new()
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        }
     }
 
     /// Every counter of this thread, `name=value` per line.
@@ -275,6 +306,8 @@ impl Sim {
             "live_scalars",
             "live_int_arrays",
             "live_executors",
+            "live_physical_handles",
+            "live_ranges",
             "unsynchronized_copies",
             "free_with_pending_work",
             "destroy_stream_with_pending_work",
@@ -283,6 +316,10 @@ impl Sim {
             "bad_workspaces",
             "bad_executors",
             "destroyed_non_repeatable",
+            "unmapped_accesses",
+            "bad_kernel_operands",
+            "free_physical_while_mapped",
+            "unmap_with_pending_work",
         ] {
             assert_eq!(
                 self.counter(name),

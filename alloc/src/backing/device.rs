@@ -70,7 +70,12 @@ pub fn npu_backing(id: i32, runtime_lib: Option<&str>) -> Result<NpuBacking> {
     }))
 }
 
-/// [`DeviceBacking`] over the Ascend device, movable between threads.
+/// [`DeviceBacking`] over the Ascend device, movable between threads. Its
+/// mapped ranges are the runtime's own (`aclrtReserveMemAddress`,
+/// `aclrtMallocPhysical` + `aclrtMapMem` per granule, `aclrtUnmapMem` +
+/// `aclrtFreePhysical`, `aclrtReleaseMemAddress`), through
+/// [`AscendDevice`]'s methods; a runtime without them has none
+/// ([`Backing::map_granularity`] is `None`).
 pub struct NpuBacking(DeviceBacking<AscendDevice>);
 
 // SAFETY: `AscendDevice` is `!Send` because its handle is an `Rc` shared
@@ -283,10 +288,53 @@ impl Backing for NpuBacking {
         self.0.release_region(addr)
     }
     fn fill(&mut self, addr: usize, len: usize, byte: u8) -> Result<()> {
+        if self.0.device.in_reserved_range(addr) {
+            return Ok(self.0.device.fill_mapped(addr, len, byte)?);
+        }
         self.0.fill_region(addr, len, byte)
     }
     fn read(&mut self, addr: usize, dst: &mut [u8]) -> Result<()> {
+        if self.0.device.in_reserved_range(addr) {
+            return Ok(self.0.device.read_mapped(addr, dst)?);
+        }
         self.0.read_region(addr, dst)
+    }
+    fn map_granularity(&self) -> Option<usize> {
+        self.0.device.map_granularity().ok()
+    }
+    fn reserve_address(&mut self, bytes: usize) -> Result<usize> {
+        Ok(self.0.device.reserve_address(bytes)?)
+    }
+    fn map(&mut self, addr: usize, len: usize) -> Result<()> {
+        // The arena's headroom rule, as for whole regions: mapped memory
+        // leaves the runtime its share.
+        if let Some(usable) = self.free_memory()
+            && len > usable
+        {
+            return Err(Error::Backing {
+                backend: self.name(),
+                reason: format!(
+                    "map of {len} bytes at {addr:#x}: {usable} usable (free memory less the {} B headroom, TENSOR_ARENA_ASCEND_HEADROOM)",
+                    self.0.device.headroom()
+                ),
+            });
+        }
+        self.0.device.map(addr, len)?;
+        self.0.reserved += len as u64;
+        self.0.reservations += 1;
+        Ok(())
+    }
+    fn unmap(&mut self, addr: usize, len: usize) -> Result<()> {
+        self.0.device.unmap(addr, len)?;
+        self.0.reserved -= len as u64;
+        Ok(())
+    }
+    fn release_address(&mut self, base: usize) {
+        // A failure leaves the range to the device's drop, which unmaps and
+        // releases what it still holds; the policy cannot act on it.
+        if let Ok(Some(mapped)) = self.0.device.release_address(base) {
+            self.0.reserved -= mapped as u64;
+        }
     }
     fn free_memory(&self) -> Option<usize> {
         let (free, _) = self.0.device.mem_info().ok()?;

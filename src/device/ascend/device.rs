@@ -3,7 +3,8 @@
 //! (`aclrtMalloc` / `aclrtFree`), and the `Device` and `Kernels`
 //! implementations on top.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::path::Path;
 use std::rc::Rc;
@@ -16,8 +17,10 @@ use super::kernels::KernelLib;
 use super::result::{self, Failure};
 use super::runtime::AscendRuntime;
 use super::sys::{
-    ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_DEVICE_OOM, ACL_ERROR_RT_MEMORY_ALLOCATION,
-    ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclrtStream,
+    ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_DEVICE_OOM, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_HBM_MEM_HUGE,
+    ACL_MEM_ALLOCATION_TYPE_PINNED, ACL_MEM_HANDLE_TYPE_NONE, ACL_MEM_LOCATION_TYPE_DEVICE,
+    ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclrtDrvMemHandle, AclrtMemLocation,
+    AclrtPhysicalMemProp, AclrtStream, VmmFns,
 };
 use crate::device::launch_checks::check_launch;
 use crate::device::{Device, DeviceCounters, Kernels, Region, Slab};
@@ -96,10 +99,13 @@ pub struct AscendDevice {
 }
 
 /// Field order is drop order: the executors (destroyed after draining the
-/// stream) go before the stream, the stream before the device reference.
+/// stream) go before the stream, the stream before the mapped ranges
+/// (unmapped once nothing queued can use them), those before the device
+/// reference.
 struct Inner {
     executors: Executors,
     stream: Stream,
+    ranges: Ranges,
     _context: Context,
     runtime: AscendRuntime,
     kernels: Option<&'static KernelLib>,
@@ -121,6 +127,44 @@ struct Counters {
     failed_allocs: Cell<u64>,
     bytes_in_use: Cell<u64>,
     peak_bytes: Cell<u64>,
+}
+
+/// The device's mapped ranges: address space from `aclrtReserveMemAddress`,
+/// into which one `aclrtMallocPhysical` handle per granule is mapped
+/// (`aclrtMapMem`), as torch_npu's expandable segments do. Everything still
+/// mapped is unmapped, freed and released when dropped.
+struct Ranges {
+    runtime: AscendRuntime,
+    map: RefCell<BTreeMap<usize, MappedRange>>,
+    /// The granularity, once the runtime has answered.
+    granularity: Cell<Option<usize>>,
+}
+
+/// One reserved range: its length and its mapped granules (address ->
+/// handle).
+struct MappedRange {
+    len: usize,
+    pages: BTreeMap<usize, AclrtDrvMemHandle>,
+}
+
+impl Drop for Ranges {
+    fn drop(&mut self) {
+        let rt = self.runtime.rt();
+        let Ok(vmm) = rt.vmm.as_ref() else { return };
+        for (base, range) in std::mem::take(&mut *self.map.borrow_mut()) {
+            // SAFETY: every page was mapped by `AscendDevice::map` with
+            // its handle, and the range reserved by `reserve_address`; the
+            // stream was drained and destroyed before (field order), so no
+            // queued work uses them. Failures cannot be reported here.
+            unsafe {
+                for (addr, handle) in range.pages {
+                    let _ = result::unmap_mem(rt, vmm, addr as *mut c_void);
+                    let _ = result::free_physical(rt, vmm, handle);
+                }
+                let _ = result::release_address(rt, vmm, base as *mut c_void);
+            }
+        }
+    }
 }
 
 /// One `aclrtSetDevice` reference, reset when dropped.
@@ -194,6 +238,11 @@ impl AscendDevice {
             inner: Rc::new(Inner {
                 executors,
                 stream,
+                ranges: Ranges {
+                    runtime,
+                    map: RefCell::new(BTreeMap::new()),
+                    granularity: Cell::new(None),
+                },
                 _context: context,
                 runtime,
                 kernels,
@@ -298,6 +347,405 @@ impl AscendDevice {
         // SAFETY: the caller's promise.
         unsafe { result::destroy_event(self.inner.runtime.rt(), event as *mut c_void) }
             .map_err(|f| self.fail(f))
+    }
+
+    // ---- Mapped ranges (hicann/runtime
+    // `docs/zh/api_ref/11-04_virtual_memory_management.md`).
+
+    /// The virtual-memory calls, or [`Error::MissingSymbol`] naming the
+    /// first one this runtime lacks.
+    fn vmm(&self) -> Result<&'static VmmFns> {
+        self.inner
+            .runtime
+            .rt()
+            .vmm
+            .as_ref()
+            .map_err(|&symbol| Error::MissingSymbol {
+                library: self.inner.runtime.library_path().display().to_string(),
+                symbol: symbol.to_owned(),
+                message: "not exported by this ACL runtime".to_owned(),
+                hint: "mapped ranges (aclrtReserveMemAddress, aclrtMallocPhysical, aclrtMapMem) are unsupported with it; whole regions (aclrtMalloc) still work".to_owned(),
+            })
+    }
+
+    /// What each granule is allocated as: pinned HBM in 2 MiB pages on this
+    /// device (`ACL_HBM_MEM_HUGE`, as torch_npu's expandable segments).
+    fn physical_prop(&self) -> AclrtPhysicalMemProp {
+        AclrtPhysicalMemProp {
+            handle_type: ACL_MEM_HANDLE_TYPE_NONE,
+            allocation_type: ACL_MEM_ALLOCATION_TYPE_PINNED,
+            mem_attr: ACL_HBM_MEM_HUGE,
+            location: AclrtMemLocation {
+                id: self.inner.id as u32,
+                kind: ACL_MEM_LOCATION_TYPE_DEVICE,
+            },
+            reserve: 0,
+        }
+    }
+
+    fn range_error(&self, operation: &'static str, message: String) -> Error {
+        Error::Device {
+            device: self.inner.name.clone(),
+            operation,
+            message,
+        }
+    }
+
+    /// The unit of [`AscendDevice::map`] (`aclrtMemGetAllocationGranularity`,
+    /// minimum, for 2 MiB HBM pages). [`Error::MissingSymbol`] when the
+    /// runtime has no virtual-memory calls.
+    pub fn map_granularity(&self) -> Result<usize> {
+        if let Some(g) = self.inner.ranges.granularity.get() {
+            return Ok(g);
+        }
+        let vmm = self.vmm()?;
+        // SAFETY: the runtime is loaded and this thread's device is set.
+        let g =
+            unsafe { result::mem_granularity(self.inner.runtime.rt(), vmm, &self.physical_prop()) }
+                .map_err(|f| self.fail(f))?;
+        if g == 0 || !g.is_power_of_two() {
+            return Err(self.range_error(
+                "map_granularity",
+                format!("aclrtMemGetAllocationGranularity answered {g} bytes, not a power of two"),
+            ));
+        }
+        self.inner.ranges.granularity.set(Some(g));
+        Ok(g)
+    }
+
+    /// Reserves `bytes` of device address space (`aclrtReserveMemAddress`), a
+    /// multiple of the granularity, with nothing mapped; returns its base.
+    pub fn reserve_address(&self, bytes: usize) -> Result<usize> {
+        let g = self.map_granularity()?;
+        if bytes == 0 || !bytes.is_multiple_of(g) {
+            return Err(self.range_error(
+                "reserve_address",
+                format!("{bytes} bytes is not a positive multiple of the {g}-byte granularity"),
+            ));
+        }
+        let vmm = self.vmm()?;
+        // SAFETY: the runtime is loaded and this thread's device is set.
+        let base = unsafe { result::reserve_address(self.inner.runtime.rt(), vmm, bytes) }
+            .map_err(|f| self.fail(f))? as usize;
+        self.inner.ranges.map.borrow_mut().insert(
+            base,
+            MappedRange {
+                len: bytes,
+                pages: BTreeMap::new(),
+            },
+        );
+        Ok(base)
+    }
+
+    /// Checks that `[addr, addr + len)` lies whole in one reserved range,
+    /// at granule boundaries; returns the range's base and the granularity.
+    fn granules(&self, operation: &'static str, addr: usize, len: usize) -> Result<(usize, usize)> {
+        let g = self.map_granularity()?;
+        if len == 0 || !addr.is_multiple_of(g) || !len.is_multiple_of(g) {
+            return Err(self.range_error(
+                operation,
+                format!("{len} bytes at {addr:#x} are not whole {g}-byte granules"),
+            ));
+        }
+        let map = self.inner.ranges.map.borrow();
+        let (&base, range) = map.range(..=addr).next_back().ok_or_else(|| {
+            self.range_error(
+                operation,
+                format!("{len} bytes at {addr:#x}: outside every reserved range"),
+            )
+        })?;
+        if addr
+            .checked_add(len)
+            .is_none_or(|end| end > base + range.len)
+        {
+            return Err(self.range_error(
+                operation,
+                format!(
+                    "{len} bytes at {addr:#x}: past the end of the {}-byte range at {base:#x}",
+                    range.len
+                ),
+            ));
+        }
+        Ok((base, g))
+    }
+
+    /// Backs `[addr, addr + len)` (whole granules of one reserved range,
+    /// none mapped now) with fresh device memory: one `aclrtMallocPhysical`
+    /// and `aclrtMapMem` per granule. The physical memory plus the
+    /// [headroom](AscendConfig::headroom) must fit the free memory
+    /// ([`Error::OutOfMemory`] otherwise). On a failure nothing of this
+    /// call stays mapped or allocated.
+    pub fn map(&self, addr: usize, len: usize) -> Result<()> {
+        let (base, g) = self.granules("map", addr, len)?;
+        {
+            let map = self.inner.ranges.map.borrow();
+            let pages = &map[&base].pages;
+            if let Some((&p, _)) = pages.range(addr..addr + len).next() {
+                return Err(self.range_error(
+                    "map",
+                    format!("{len} bytes at {addr:#x}: the granule at {p:#x} is mapped already"),
+                ));
+            }
+        }
+        let (free, _) = self.mem_info()?;
+        if len.saturating_add(self.inner.headroom) > free {
+            return Err(self.oom(len));
+        }
+        let rt = self.inner.runtime.rt();
+        let vmm = self.vmm()?;
+        let prop = self.physical_prop();
+        let mut done: Vec<(usize, AclrtDrvMemHandle)> = Vec::new();
+        let mut failure = None;
+        for va in (addr..addr + len).step_by(g) {
+            // SAFETY: the runtime is loaded and the device set; the
+            // properties are valid header values.
+            let handle = match unsafe { result::malloc_physical(rt, vmm, g, &prop) } {
+                Ok(h) => h,
+                Err(f) => {
+                    failure = Some(f);
+                    break;
+                }
+            };
+            // SAFETY: `va..va + g` lies in a reserved range of this device
+            // with nothing mapped (checked above, and each granule once);
+            // the handle is fresh, of `g` bytes.
+            match unsafe { result::map_mem(rt, vmm, va as *mut c_void, g, handle) } {
+                Ok(()) => done.push((va, handle)),
+                Err(f) => {
+                    // SAFETY: the handle was never mapped.
+                    let _ = unsafe { result::free_physical(rt, vmm, handle) };
+                    failure = Some(f);
+                    break;
+                }
+            }
+        }
+        if let Some(f) = failure {
+            for (va, handle) in done {
+                // SAFETY: mapped just above with this handle; nothing was
+                // queued on the bytes (they were never handed out).
+                unsafe {
+                    let _ = result::unmap_mem(rt, vmm, va as *mut c_void);
+                    let _ = result::free_physical(rt, vmm, handle);
+                }
+            }
+            // The runtime's own error (aclrtMallocPhysical's out of memory
+            // included) names the call, its code and its message.
+            return Err(self.fail(f));
+        }
+        let mut map = self.inner.ranges.map.borrow_mut();
+        if let Some(range) = map.get_mut(&base) {
+            range.pages.extend(done);
+        }
+        Ok(())
+    }
+
+    /// Gives the physical memory behind `[addr, addr + len)` (whole granules
+    /// of one range, all mapped now) back: the stream is drained, then each
+    /// granule unmapped (`aclrtUnmapMem`) and freed (`aclrtFreePhysical`).
+    /// The addresses stay reserved.
+    pub fn unmap(&self, addr: usize, len: usize) -> Result<()> {
+        let (base, g) = self.granules("unmap", addr, len)?;
+        {
+            let map = self.inner.ranges.map.borrow();
+            let pages = &map[&base].pages;
+            if let Some(p) = (addr..addr + len)
+                .step_by(g)
+                .find(|p| !pages.contains_key(p))
+            {
+                return Err(self.range_error(
+                    "unmap",
+                    format!("{len} bytes at {addr:#x}: the granule at {p:#x} is not mapped"),
+                ));
+            }
+        }
+        // Queued kernels may still use the bytes.
+        self.synchronize()?;
+        self.unmap_pages(base, addr, len, g)
+    }
+
+    fn unmap_pages(&self, base: usize, addr: usize, len: usize, g: usize) -> Result<()> {
+        let rt = self.inner.runtime.rt();
+        let vmm = self.vmm()?;
+        let mut map = self.inner.ranges.map.borrow_mut();
+        let Some(range) = map.get_mut(&base) else {
+            return Ok(());
+        };
+        for va in (addr..addr + len).step_by(g) {
+            let Some(handle) = range.pages.remove(&va) else {
+                continue;
+            };
+            // SAFETY: mapped at `va` with this handle by `map`; the stream
+            // is drained, so nothing queued uses the bytes.
+            unsafe { result::unmap_mem(rt, vmm, va as *mut c_void) }.map_err(|f| {
+                range.pages.insert(va, handle);
+                self.fail(f)
+            })?;
+            // SAFETY: the handle is unmapped now and forgotten.
+            unsafe { result::free_physical(rt, vmm, handle) }.map_err(|f| self.fail(f))?;
+        }
+        Ok(())
+    }
+
+    /// Gives the range at `base` back (`aclrtReleaseMemAddress`), unmapping
+    /// and freeing what is still mapped in it first; returns the bytes that
+    /// were mapped, or `None` for an address [`AscendDevice::reserve_address`]
+    /// did not give.
+    pub fn release_address(&self, base: usize) -> Result<Option<usize>> {
+        let (len, mapped) = match self.inner.ranges.map.borrow().get(&base) {
+            Some(r) => (r.len, r.pages.len()),
+            None => return Ok(None),
+        };
+        let g = self.map_granularity()?;
+        if mapped > 0 {
+            self.synchronize()?;
+            self.unmap_pages(base, base, len, g)?;
+        }
+        let vmm = self.vmm()?;
+        // SAFETY: reserved by `reserve_address`, nothing mapped in it now,
+        // forgotten below.
+        unsafe { result::release_address(self.inner.runtime.rt(), vmm, base as *mut c_void) }
+            .map_err(|f| self.fail(f))?;
+        self.inner.ranges.map.borrow_mut().remove(&base);
+        Ok(Some(mapped * g))
+    }
+
+    /// Whether `addr` lies in a reserved range of this device (mapped or not).
+    pub fn in_reserved_range(&self, addr: usize) -> bool {
+        self.inner
+            .ranges
+            .map
+            .borrow()
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, r)| addr - b < r.len)
+    }
+
+    /// Bytes mapped in all ranges.
+    pub fn mapped_bytes(&self) -> usize {
+        let g = match self.map_granularity() {
+            Ok(g) => g,
+            Err(_) => return 0,
+        };
+        let map = self.inner.ranges.map.borrow();
+        map.values().map(|r| r.pages.len()).sum::<usize>() * g
+    }
+
+    /// `[addr, addr + len)` cut at granule boundaries, after checking that
+    /// all of it lies in mapped granules of one range: the copies never
+    /// touch an unmapped byte, and each stays inside one mapping.
+    fn mapped_pieces(
+        &self,
+        operation: &'static str,
+        addr: usize,
+        len: usize,
+    ) -> Result<Vec<(usize, usize)>> {
+        let g = self.map_granularity()?;
+        let map = self.inner.ranges.map.borrow();
+        let outside = || {
+            self.range_error(
+                operation,
+                format!(
+                    "{len} bytes at {addr:#x} are not inside mapped granules of one reserved range"
+                ),
+            )
+        };
+        let (&base, range) = map.range(..=addr).next_back().ok_or_else(outside)?;
+        let end = addr.checked_add(len).ok_or_else(outside)?;
+        if end > base + range.len {
+            return Err(outside());
+        }
+        let mut pieces = Vec::new();
+        let mut at = addr;
+        while at < end {
+            let page = at / g * g;
+            if !range.pages.contains_key(&page) {
+                return Err(self.range_error(
+                    operation,
+                    format!(
+                        "{len} bytes at {addr:#x}: the granule at {page:#x} is not mapped (its bytes are not readable or writable)"
+                    ),
+                ));
+            }
+            let n = (page + g).min(end) - at;
+            pieces.push((at, n));
+            at += n;
+        }
+        Ok(pieces)
+    }
+
+    /// Copies `src` to `addr` (inside mapped granules of one range).
+    pub fn write_mapped(&self, addr: usize, src: &[u8]) -> Result<()> {
+        let pieces = self.mapped_pieces("write_mapped", addr, src.len())?;
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        self.synchronize()?;
+        let rt = self.inner.runtime.rt();
+        for (at, n) in pieces {
+            let from = &src[at - addr..at - addr + n];
+            // SAFETY: `at..at + n` lies in one mapped granule of this
+            // device (checked above); `from` is valid for `n` bytes; the
+            // stream is drained.
+            unsafe {
+                result::memcpy(
+                    rt,
+                    at as *mut c_void,
+                    n,
+                    from.as_ptr().cast(),
+                    n,
+                    ACL_MEMCPY_HOST_TO_DEVICE,
+                )
+            }
+            .map_err(|f| self.fail(f))?;
+        }
+        Ok(())
+    }
+
+    /// Copies the bytes at `addr` (inside mapped granules of one range)
+    /// into `dst`.
+    pub fn read_mapped(&self, addr: usize, dst: &mut [u8]) -> Result<()> {
+        let pieces = self.mapped_pieces("read_mapped", addr, dst.len())?;
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        self.synchronize()?;
+        let rt = self.inner.runtime.rt();
+        for (at, n) in pieces {
+            let to = &mut dst[at - addr..at - addr + n];
+            // SAFETY: `at..at + n` lies in one mapped granule (checked
+            // above); `to` is a unique borrow of `n` bytes; the stream is
+            // drained.
+            unsafe {
+                result::memcpy(
+                    rt,
+                    to.as_mut_ptr().cast(),
+                    n,
+                    at as *const c_void,
+                    n,
+                    ACL_MEMCPY_DEVICE_TO_HOST,
+                )
+            }
+            .map_err(|f| self.fail(f))?;
+        }
+        Ok(())
+    }
+
+    /// Sets `len` bytes at `addr` (inside mapped granules of one range) to
+    /// `byte` (`aclrtMemset`).
+    pub fn fill_mapped(&self, addr: usize, len: usize, byte: u8) -> Result<()> {
+        let pieces = self.mapped_pieces("fill_mapped", addr, len)?;
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        self.synchronize()?;
+        let rt = self.inner.runtime.rt();
+        for (at, n) in pieces {
+            // SAFETY: `at..at + n` lies in one mapped granule (checked
+            // above); the stream is drained.
+            unsafe { result::memset(rt, at as *mut c_void, n, i32::from(byte), n) }
+                .map_err(|f| self.fail(f))?;
+        }
+        Ok(())
     }
 
     pub(crate) fn stream(&self) -> AclrtStream {

@@ -14,8 +14,12 @@
 //!   [`finalize`](AscendRuntime::finalize)), [`AscendDevice`] (device
 //!   reference, its own stream, counters; [`Device`](crate::Device) and
 //!   [`Kernels`](crate::device::Kernels)), [`AscendSlab`] (one `aclrtMalloc`,
-//!   sized with the runtime's headroom, freed on drop), and [`aclnn`]
-//!   operators on leases with reused executors.
+//!   sized with the runtime's headroom, freed on drop), mapped ranges on
+//!   the device (`AscendDevice::reserve_address` / `map` / `unmap` /
+//!   `release_address`: `aclrtReserveMemAddress`, then one
+//!   `aclrtMallocPhysical` and `aclrtMapMem` per granule; optional symbols,
+//!   absent from older runtimes), and [`aclnn`] operators on leases with
+//!   reused executors.
 //!
 //! The operator libraries are CANN's per-repository `libopapi_nn.so` and
 //! `libopapi_math.so`, with the combined `libopapi.so` only for operators

@@ -10,8 +10,9 @@ use std::ffi::{CStr, c_int, c_void};
 
 use super::sys::{
     ACL_DEVICE_INFO_VECTOR_CORE_NUM, ACL_ERROR_REPEAT_INITIALIZE,
-    ACL_EVENT_RECORDED_STATUS_NOT_READY, ACL_SUCCESS, AclError, AclnnStatus, AclrtEvent,
-    AclrtStream, RuntimeFns,
+    ACL_EVENT_RECORDED_STATUS_NOT_READY, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, ACL_SUCCESS,
+    AclError, AclnnStatus, AclrtDrvMemHandle, AclrtEvent, AclrtPhysicalMemProp, AclrtStream,
+    RuntimeFns, VmmFns,
 };
 use crate::error::Error;
 
@@ -471,6 +472,125 @@ pub unsafe fn destroy_event(rt: &RuntimeFns, event: AclrtEvent) -> Result<(), Fa
         .ok_or_else(|| missing("aclrtDestroyEvent"))?;
     // SAFETY: the caller's promise.
     check(rt, "aclrtDestroyEvent", unsafe { destroy(event) })
+}
+
+// ---- Virtual memory (hicann/runtime docs/zh/api_ref/11-04_virtual_memory_management.md).
+// Each takes the resolved table (`RuntimeFns::vmm`); `rt` only for the
+// error message.
+
+/// `aclrtMemGetAllocationGranularity(prop, MINIMUM)`.
+///
+/// # Safety
+/// `rt` is loaded and a device is set on this thread; `vmm` is its table.
+pub unsafe fn mem_granularity(
+    rt: &RuntimeFns,
+    vmm: &VmmFns,
+    prop: &AclrtPhysicalMemProp,
+) -> Result<usize, Failure> {
+    let mut prop = *prop;
+    let mut g = 0usize;
+    // SAFETY: valid in and out pointers for the call.
+    check(rt, "aclrtMemGetAllocationGranularity", unsafe {
+        (vmm.granularity)(&mut prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &mut g)
+    })?;
+    Ok(g)
+}
+
+/// `aclrtReserveMemAddress(size, 0, nullptr, 0)`: address space, nothing
+/// mapped.
+///
+/// # Safety
+/// As [`mem_granularity`].
+pub unsafe fn reserve_address(
+    rt: &RuntimeFns,
+    vmm: &VmmFns,
+    size: usize,
+) -> Result<*mut c_void, Failure> {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid out pointer; alignment 0 and a null expectPtr as
+    // the page requires.
+    check(rt, "aclrtReserveMemAddress", unsafe {
+        (vmm.reserve_address)(&mut p, size, 0, std::ptr::null_mut(), 0)
+    })?;
+    Ok(p)
+}
+
+/// `aclrtReleaseMemAddress(base)`.
+///
+/// # Safety
+/// `base` came from [`reserve_address`], nothing is mapped in it, and it is
+/// not used afterwards.
+pub unsafe fn release_address(
+    rt: &RuntimeFns,
+    vmm: &VmmFns,
+    base: *mut c_void,
+) -> Result<(), Failure> {
+    // SAFETY: the caller's promise.
+    check(rt, "aclrtReleaseMemAddress", unsafe {
+        (vmm.release_address)(base)
+    })
+}
+
+/// `aclrtMallocPhysical(size, prop, 0)`.
+///
+/// # Safety
+/// As [`mem_granularity`].
+pub unsafe fn malloc_physical(
+    rt: &RuntimeFns,
+    vmm: &VmmFns,
+    size: usize,
+    prop: &AclrtPhysicalMemProp,
+) -> Result<AclrtDrvMemHandle, Failure> {
+    let mut h: AclrtDrvMemHandle = std::ptr::null_mut();
+    // SAFETY: a valid out pointer and properties that outlive the call.
+    check(rt, "aclrtMallocPhysical", unsafe {
+        (vmm.malloc_physical)(&mut h, size, prop, 0)
+    })?;
+    Ok(h)
+}
+
+/// `aclrtFreePhysical(handle)`.
+///
+/// # Safety
+/// `handle` came from [`malloc_physical`], is unmapped and not used
+/// afterwards.
+pub unsafe fn free_physical(
+    rt: &RuntimeFns,
+    vmm: &VmmFns,
+    handle: AclrtDrvMemHandle,
+) -> Result<(), Failure> {
+    // SAFETY: the caller's promise.
+    check(rt, "aclrtFreePhysical", unsafe {
+        (vmm.free_physical)(handle)
+    })
+}
+
+/// `aclrtMapMem(addr, size, 0, handle, 0)`.
+///
+/// # Safety
+/// `addr..addr + size` lies in a reserved range with nothing mapped there;
+/// `handle` is a live, unmapped handle of `size` bytes.
+pub unsafe fn map_mem(
+    rt: &RuntimeFns,
+    vmm: &VmmFns,
+    addr: *mut c_void,
+    size: usize,
+    handle: AclrtDrvMemHandle,
+) -> Result<(), Failure> {
+    // SAFETY: the caller's promise.
+    check(rt, "aclrtMapMem", unsafe {
+        (vmm.map_mem)(addr, size, 0, handle, 0)
+    })
+}
+
+/// `aclrtUnmapMem(addr)`.
+///
+/// # Safety
+/// `addr` is where [`map_mem`] mapped a handle, and no queued work uses
+/// those bytes (synchronize first).
+pub unsafe fn unmap_mem(rt: &RuntimeFns, vmm: &VmmFns, addr: *mut c_void) -> Result<(), Failure> {
+    // SAFETY: the caller's promise.
+    check(rt, "aclrtUnmapMem", unsafe { (vmm.unmap_mem)(addr) })
 }
 
 #[cfg(test)]

@@ -31,6 +31,85 @@ pub const ACL_EVENT_RECORDED_STATUS_NOT_READY: c_int = 0;
 /// (`acl/acl_rt.h`).
 pub const ACL_EVENT_RECORDED_STATUS_COMPLETE: c_int = 1;
 
+/// `aclrtDrvMemHandle` (`typedef void *aclrtDrvMemHandle`, `acl/acl_rt.h`):
+/// physical memory from `aclrtMallocPhysical`.
+pub type AclrtDrvMemHandle = *mut c_void;
+
+/// `aclrtMemHandleType::ACL_MEM_HANDLE_TYPE_NONE`, the only value
+/// `aclrtMallocPhysical` supports (hicann/runtime
+/// `docs/zh/api_ref/25-04_Structs.md`, `aclrtPhysicalMemProp`).
+pub const ACL_MEM_HANDLE_TYPE_NONE: c_int = 0;
+/// `aclrtMemAllocationType::ACL_MEM_ALLOCATION_TYPE_PINNED`, the only value
+/// supported (same page).
+pub const ACL_MEM_ALLOCATION_TYPE_PINNED: c_int = 0;
+/// `aclrtMemLocationType::ACL_MEM_LOCATION_TYPE_DEVICE` (`HOST` is 0).
+pub const ACL_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+/// `aclrtMemAttr::ACL_HBM_MEM_HUGE`: HBM in 2 MiB pages, what torch_npu's
+/// expandable segments map.
+pub const ACL_HBM_MEM_HUGE: c_int = 4;
+/// `aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM`.
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
+
+/// `aclrtMemLocation` (`acl/acl_rt.h`): `{ uint32_t id; aclrtMemLocationType type; }`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AclrtMemLocation {
+    /// The device id (ignored for host memory).
+    pub id: u32,
+    /// `aclrtMemLocationType` (a C enum, an `int`).
+    pub kind: c_int,
+}
+
+/// `aclrtPhysicalMemProp` (`acl/acl_rt.h`): `{ aclrtMemHandleType
+/// handleType; aclrtMemAllocationType allocationType; aclrtMemAttr memAttr;
+/// aclrtMemLocation location; uint64_t reserve; }`, 32 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AclrtPhysicalMemProp {
+    /// `aclrtMemHandleType`.
+    pub handle_type: c_int,
+    /// `aclrtMemAllocationType`.
+    pub allocation_type: c_int,
+    /// `aclrtMemAttr`.
+    pub mem_attr: c_int,
+    /// Where the memory is.
+    pub location: AclrtMemLocation,
+    /// Reserved.
+    pub reserve: u64,
+}
+
+/// The virtual-memory entry points (`acl/acl_rt.h`; hicann/runtime
+/// `docs/zh/api_ref/11-04_virtual_memory_management.md`), resolved all
+/// together: a runtime lacking any of them has no mapped ranges.
+#[derive(Clone, Copy)]
+pub struct VmmFns {
+    /// `aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop,
+    /// aclrtMemGranularityOptions option, size_t *granularity)`
+    pub granularity: unsafe extern "C" fn(*mut AclrtPhysicalMemProp, c_int, *mut usize) -> AclError,
+    /// `aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t
+    /// alignment, void *expectPtr, uint64_t flags)`
+    pub reserve_address:
+        unsafe extern "C" fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> AclError,
+    /// `aclError aclrtReleaseMemAddress(void *virPtr)`
+    pub release_address: unsafe extern "C" fn(*mut c_void) -> AclError,
+    /// `aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
+    /// const aclrtPhysicalMemProp *prop, uint64_t flags)`
+    pub malloc_physical: unsafe extern "C" fn(
+        *mut AclrtDrvMemHandle,
+        usize,
+        *const AclrtPhysicalMemProp,
+        u64,
+    ) -> AclError,
+    /// `aclError aclrtFreePhysical(aclrtDrvMemHandle handle)`
+    pub free_physical: unsafe extern "C" fn(AclrtDrvMemHandle) -> AclError,
+    /// `aclError aclrtMapMem(void *virPtr, size_t size, size_t offset,
+    /// aclrtDrvMemHandle handle, uint64_t flags)`
+    pub map_mem:
+        unsafe extern "C" fn(*mut c_void, usize, usize, AclrtDrvMemHandle, u64) -> AclError,
+    /// `aclError aclrtUnmapMem(void *virPtr)`
+    pub unmap_mem: unsafe extern "C" fn(*mut c_void) -> AclError,
+}
+
 /// Opaque `aclTensor`.
 #[repr(C)]
 pub struct AclTensor {
@@ -138,6 +217,9 @@ pub struct RuntimeFns {
     pub query_event_status: Option<unsafe extern "C" fn(AclrtEvent, *mut c_int) -> AclError>,
     /// `aclError aclrtDestroyEvent(aclrtEvent event)` (`acl/acl_rt.h`).
     pub destroy_event: Option<unsafe extern "C" fn(AclrtEvent) -> AclError>,
+    /// The virtual-memory calls, or the first of them the runtime does not
+    /// export (mapped ranges are then unsupported; everything else works).
+    pub vmm: std::result::Result<VmmFns, &'static str>,
 }
 
 /// `aclnnStatus xGetWorkspaceSize(...)` second phase:
@@ -465,6 +547,39 @@ impl RuntimeFns {
                 record_event: symbol(lib, "aclrtRecordEvent").ok(),
                 query_event_status: symbol(lib, "aclrtQueryEventStatus").ok(),
                 destroy_event: symbol(lib, "aclrtDestroyEvent").ok(),
+                vmm: VmmFns::resolve(lib),
+            })
+        }
+    }
+}
+
+impl VmmFns {
+    /// Resolves every virtual-memory entry point of `lib`, or names the
+    /// first one missing.
+    ///
+    /// # Safety
+    /// As for [`RuntimeFns::resolve`].
+    pub unsafe fn resolve(lib: &Loaded) -> std::result::Result<VmmFns, &'static str> {
+        /// # Safety
+        /// `F` is the header type of `name`.
+        unsafe fn get<F: Copy>(
+            lib: &Loaded,
+            name: &'static str,
+        ) -> std::result::Result<F, &'static str> {
+            // SAFETY: forwarded to the caller.
+            unsafe { symbol(lib, name) }.map_err(|_| name)
+        }
+        // SAFETY: the field types are the header types of these symbols;
+        // the caller keeps `lib` loaded.
+        unsafe {
+            Ok(VmmFns {
+                granularity: get(lib, "aclrtMemGetAllocationGranularity")?,
+                reserve_address: get(lib, "aclrtReserveMemAddress")?,
+                release_address: get(lib, "aclrtReleaseMemAddress")?,
+                malloc_physical: get(lib, "aclrtMallocPhysical")?,
+                free_physical: get(lib, "aclrtFreePhysical")?,
+                map_mem: get(lib, "aclrtMapMem")?,
+                unmap_mem: get(lib, "aclrtUnmapMem")?,
             })
         }
     }
@@ -633,5 +748,21 @@ impl NnFns {
         OPERATORS
             .iter()
             .any(|(name, _)| self.library_index(name).is_none())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn the_physical_memory_properties_have_the_c_layout() {
+        // Four 4-byte enums and ids, then the 8-byte-aligned reserve.
+        assert_eq!(size_of::<AclrtMemLocation>(), 8);
+        assert_eq!(size_of::<AclrtPhysicalMemProp>(), 32);
+        assert_eq!(offset_of!(AclrtPhysicalMemProp, mem_attr), 8);
+        assert_eq!(offset_of!(AclrtPhysicalMemProp, location), 12);
+        assert_eq!(offset_of!(AclrtPhysicalMemProp, reserve), 24);
     }
 }
