@@ -28,6 +28,23 @@ fn every_recorded_loop_replays_with_consistent_whole_run_figures() {
             "{name}"
         );
         assert!(s.peak_reserved_bytes >= s.peak_live_bytes, "{name}");
+        // The live lower bound is one: each live block rounded to 512 bytes
+        // lies in reserved memory, in the mapped range as in regions, and
+        // the caching model cannot beat it either.
+        assert!(s.lower_bound_bytes >= s.peak_live_bytes, "{name}");
+        assert!(s.peak_reserved_bytes >= s.lower_bound_bytes, "{name}");
+        assert!(
+            s.caching_model.peak_reserved_bytes >= s.lower_bound_bytes,
+            "{name}"
+        );
+        assert_eq!(p.live_lower_bound_bytes, s.lower_bound_bytes, "{name}");
+        // Every region comes from the mapped range (host pages): no
+        // whole-region device call.
+        assert_eq!(
+            (s.backing_calls.reserve, s.backing_calls.release),
+            (0, 0),
+            "{name}"
+        );
         assert_eq!(s.errors.double_free + s.errors.unknown_free, 0, "{name}");
         assert_eq!(s.errors.out_of_memory, 0, "{name}");
     }
