@@ -113,22 +113,33 @@ pub extern "C" fn tensor_arena_alloc(
     stream: *mut c_void,
 ) -> *mut c_void {
     guarded(std::ptr::null_mut(), || {
-        let mut g = global();
-        let Some(a) = g.allocator_for(Some(device)) else {
-            return std::ptr::null_mut();
-        };
         // No phase read at the request: training, unless the caller's
         // mark (tensor_arena_set_phase) says eval.
-        match a.alloc_phase(size, device, stream as usize, RequestPhase::Train) {
-            Some(addr) => addr as *mut c_void,
-            None => {
-                // torch raises its out-of-memory error; this is the why.
-                let why = a.last_null_reason().to_owned();
-                g.last_error = why;
-                std::ptr::null_mut()
-            }
-        }
+        alloc_in(&mut global(), size, device, stream, RequestPhase::Train)
     })
+}
+
+/// One request through the process-wide allocator: its address, or NULL
+/// with the reason in `last_error` (torch raises its out-of-memory error;
+/// this is the why).
+fn alloc_in(
+    g: &mut Global,
+    size: usize,
+    device: c_int,
+    stream: *mut c_void,
+    read: RequestPhase,
+) -> *mut c_void {
+    let Some(a) = g.allocator_for(Some(device)) else {
+        return std::ptr::null_mut();
+    };
+    match a.alloc_phase(size, device, stream as usize, read) {
+        Some(addr) => addr as *mut c_void,
+        None => {
+            let why = a.last_null_reason().to_owned();
+            g.last_error = why;
+            std::ptr::null_mut()
+        }
+    }
 }
 
 /// `tensor_arena_alloc` of a request made in `phase`, as the caller read
@@ -152,17 +163,7 @@ pub extern "C" fn tensor_arena_alloc_phase(
                 return std::ptr::null_mut();
             }
         };
-        let Some(a) = g.allocator_for(Some(device)) else {
-            return std::ptr::null_mut();
-        };
-        match a.alloc_phase(size, device, stream as usize, read) {
-            Some(addr) => addr as *mut c_void,
-            None => {
-                let why = a.last_null_reason().to_owned();
-                g.last_error = why;
-                std::ptr::null_mut()
-            }
-        }
+        alloc_in(&mut g, size, device, stream, read)
     })
 }
 
