@@ -57,6 +57,7 @@ mod sweep;
 #[cfg(test)]
 mod test_support;
 mod validate;
+mod window;
 
 pub use greedy::{
     Greedy, GreedyFit, GreedyOrder, best_of_orders, greedy, greedy_lowest, place_in_sequence,
