@@ -85,7 +85,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     cases.push(("Y_1x16/shift0.5 (1.0M)".into(), copies(&y_1, 16, 0.5)));
     cases.push(("random/1M".into(), random(1_000_000, 7)));
-    for (name, items) in cases.iter().filter(|(n, _)| n.contains(&filter)) {
+    // A name given exactly runs that instance alone; otherwise every
+    // instance whose name contains the argument.
+    let exact = cases.iter().any(|(n, _)| *n == filter);
+    let chosen = cases.iter().filter(|(n, _)| {
+        if exact {
+            *n == filter
+        } else {
+            n.contains(&filter)
+        }
+    });
+    for (name, items) in chosen {
         let bound = placement::lower_bound(items);
         let t = Instant::now();
         let sweep = placement::greedy(items, GreedyOrder::Start);
