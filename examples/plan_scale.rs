@@ -61,7 +61,7 @@ fn random(n: usize, seed: u64) -> Vec<Interval> {
             } else {
                 1 + next() % 8192
             };
-            let size = 512 * (1 + (next() % 8192) >> (next() % 12)) as usize;
+            let size = 512 * ((1 + next() % 8192) >> (next() % 12)) as usize;
             Interval {
                 lower,
                 upper: lower + len as usize,

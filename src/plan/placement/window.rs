@@ -225,13 +225,14 @@ impl Scratch {
                 break;
             }
             // Squeaky-wheel: the buffers that ended above the goal go first.
-            let (mut front, back): (Vec<(usize, usize)>, Vec<(usize, usize)>) = sequence
-                .iter()
-                .copied()
-                .zip(placed_at.iter().copied())
-                .partition(|&(i, o)| o + items[i].size > goal);
-            front.extend(back);
-            sequence = front.into_iter().map(|(i, _)| i).collect();
+            let squeaks = |&(i, o): &(usize, usize)| o + items[i].size > goal;
+            let pairs = || sequence.iter().copied().zip(placed_at.iter().copied());
+            let next: Vec<usize> = pairs()
+                .filter(squeaks)
+                .chain(pairs().filter(|p| !squeaks(p)))
+                .map(|(i, _)| i)
+                .collect();
+            sequence = next;
         }
         match best {
             Some((top, new)) if top < old_top => {
