@@ -39,6 +39,9 @@ const SPREAD: usize = 4;
 /// Squeaky-wheel rounds within one window at most.
 const WINDOW_ROUNDS: usize = 6;
 
+/// A window's rounds stop after this many without a lower top.
+const WINDOW_PATIENCE: usize = 2;
+
 /// What the repair did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Repair {
@@ -72,7 +75,7 @@ pub(super) fn repair(
     let late = || deadline.is_some_and(|d| Instant::now() >= d);
     let timeline = Timeline::new(items);
     let mut scratch = Scratch::default();
-    for half in WINDOWS {
+    for (pass, half) in WINDOWS.into_iter().enumerate() {
         let height_before = super::height(items, offsets);
         let squeaky: Vec<usize> = by_start
             .iter()
@@ -126,10 +129,12 @@ pub(super) fn repair(
                 out.improved += 1;
             }
         }
-        // A pass that left the height where it was: the next, with larger
-        // windows, costs more and (on ten copies of Y_1, on S_1 after the
-        // rounds) lowered nothing either.
-        if super::height(items, offsets) >= height_before {
+        // A pass of larger windows that left the height where it was: the
+        // next, larger still, costs more and (on ten copies of Y_1, on S_1
+        // after the rounds) lowered nothing either. The first pass does
+        // not end it: with copies a quarter span apart, 256 lowered
+        // nothing and 1,024 did.
+        if pass > 0 && super::height(items, offsets) >= height_before {
             break;
         }
     }
@@ -186,15 +191,20 @@ impl Scratch {
         sequence.sort_by_key(|&i| (std::cmp::Reverse(items[i].size), items[i].lower, i));
         let mut best: Option<(usize, Vec<usize>)> = None;
         let mut placed_at = vec![0usize; sequence.len()];
+        // The buffers that stay put, once per window (by offset, so each
+        // goes to the end of a chunk), copied for every round.
+        self.fixed.sort_unstable_by_key(|&i| (offsets[i], i));
+        let mut around = Column::default();
+        for &i in &self.fixed {
+            let (lo, hi) = timeline.ranks(i);
+            around.insert(lo, hi, offsets[i], offsets[i] + items[i].size);
+        }
+        let mut stale = 0;
         for round in 0..WINDOW_ROUNDS {
             if round > 0 && late() {
                 break;
             }
-            let mut column = Column::default();
-            for &i in &self.fixed {
-                let (lo, hi) = timeline.ranks(i);
-                column.insert(lo, hi, offsets[i], offsets[i] + items[i].size);
-            }
+            let mut column = around.clone();
             let mut top = 0usize;
             let mut cut = false;
             for (k, &i) in sequence.iter().enumerate() {
@@ -220,8 +230,11 @@ impl Scratch {
             let new: Vec<usize> = by_item.into_iter().map(|(_, o)| o).collect();
             if best.as_ref().is_none_or(|(t, _)| top < *t) {
                 best = Some((top, new));
+                stale = 0;
+            } else {
+                stale += 1;
             }
-            if top <= goal {
+            if top <= goal || stale >= WINDOW_PATIENCE {
                 break;
             }
             // Squeaky-wheel: the buffers that ended above the goal go first.
