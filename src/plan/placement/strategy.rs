@@ -86,6 +86,10 @@ pub enum StrategyKind {
     /// greedy by size once if no chain reached it), each O(n²) in the
     /// buffers of one time-independent piece: about 0.5 s for 28,526
     /// buffers and 1.2 s for 62,185 on a 2-core machine (BENCHMARKS.md).
+    /// Above 2^34 pairs per round (ten pieces of 62,185 buffers, or one
+    /// overlapping piece of hundreds of thousands) the rounds are skipped;
+    /// large instances are then repaired window by window (a window's cost
+    /// does not grow with n), also after the rounds with the time left.
     Auto,
 }
 
