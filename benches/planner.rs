@@ -27,8 +27,20 @@
 //!   size and strategy; the 3x instance is written to
 //!   `$TMPDIR/tensor-arena-Y_1x3.csv` for `tensor-arena plan --csv`.
 //!
+//! - `scale/{sweep,auto}/X`: generated instances of 0.6 to 1 million
+//!   buffers (issue 33): ten copies of Y_1 one after the other (`shift1`)
+//!   and shifted by half, a quarter and a tenth of Y_1's span so that the
+//!   copies overlap in time; sixteen copies at half a span (994,960
+//!   buffers); a random interval graph of 10^6 buffers. `sweep` is the
+//!   first placement and also the previous default's answer at this size
+//!   (its rounds did not finish one pass within the 10 s limit); `auto` is
+//!   the default (windowed repair, window.rs). Ratios to the lower bound
+//!   are printed once per instance; the same instances, one run each:
+//!   `cargo run --release --example plan_scale`.
+//!
 //! ```sh
 //! cargo bench --bench planner
+//! cargo bench --bench planner -- scale
 //! cargo bench --bench planner -- step
 //! cargo bench --bench planner -- idealloc
 //! python3 benches/medians.py
@@ -280,5 +292,107 @@ fn step(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, instances, large, idealloc, step);
+/// `copies` copies of `items`, copy k shifted by k x span x `shift` (1:
+/// one after the other; below 1 they overlap in time). The same as
+/// examples/plan_scale.rs.
+fn shifted_copies(items: &[Interval], copies: usize, shift: f64) -> Vec<Interval> {
+    let span = items.iter().map(|it| it.upper).max().unwrap_or(0);
+    let step = ((span as f64) * shift).round() as usize;
+    (0..copies)
+        .flat_map(|k| {
+            items.iter().map(move |it| Interval {
+                lower: it.lower + k * step,
+                upper: it.upper + k * step,
+                size: it.size,
+            })
+        })
+        .collect()
+}
+
+/// A random interval graph of `n` buffers (xorshift, deterministic):
+/// starts uniform over `n / 8` steps, 80% of lifetimes up to 32 steps, 18%
+/// up to 512, 2% up to 8,192; sizes 512 bytes to 4 MiB, small ones
+/// common. The same as examples/plan_scale.rs.
+fn random_intervals(n: usize, seed: u64) -> Vec<Interval> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let horizon = (n / 8).max(1) as u64;
+    (0..n)
+        .map(|_| {
+            let lower = (next() % horizon) as usize;
+            let r = next() % 100;
+            let len = if r < 80 {
+                1 + next() % 32
+            } else if r < 98 {
+                1 + next() % 512
+            } else {
+                1 + next() % 8192
+            };
+            let size = 512 * ((1 + next() % 8192) >> (next() % 12)) as usize;
+            Interval {
+                lower,
+                upper: lower + len as usize,
+                size,
+            }
+        })
+        .collect()
+}
+
+fn scale(c: &mut Criterion) {
+    let y_1 = load_idealloc("Y_1");
+    let mut cases: Vec<(String, Vec<Interval>)> = Vec::new();
+    for shift in [1.0, 0.5, 0.25, 0.1] {
+        cases.push((
+            format!("Y_1x10-shift{shift}"),
+            shifted_copies(&y_1, 10, shift),
+        ));
+    }
+    cases.push(("Y_1x16-shift0.5".into(), shifted_copies(&y_1, 16, 0.5)));
+    cases.push(("random-1M".into(), random_intervals(1_000_000, 7)));
+    let mut g = c.benchmark_group("scale");
+    g.sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(1));
+    for (id, items) in &cases {
+        let bound = placement::lower_bound(items);
+        let runs: Vec<(&str, Placer)> = vec![
+            (
+                "sweep",
+                Box::new(|items| placement::greedy(items, GreedyOrder::Start)),
+            ),
+            (
+                "auto",
+                Box::new(|items| {
+                    placement::solve(items, &Strategy::default())
+                        .expect("solve")
+                        .offsets
+                }),
+            ),
+        ];
+        for (label, run) in runs {
+            let start = std::time::Instant::now();
+            let offsets = run(items);
+            let seconds = start.elapsed().as_secs_f64();
+            placement::validate(items, &offsets, None).expect("valid placement");
+            let h = placement::height(items, &offsets);
+            println!(
+                "scale/{label}/{id}: {} buffers, height {h} = {:.5}x the lower bound {bound} (one run: {seconds:.2} s)",
+                items.len(),
+                h as f64 / bound as f64
+            );
+            g.bench_with_input(BenchmarkId::new(label, id), items, |b, items| {
+                b.iter(|| run(black_box(items)).len())
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, instances, large, idealloc, step, scale);
 criterion_main!(benches);

@@ -53,6 +53,15 @@ impl Timeline {
         self.pieces
     }
 
+    /// Lifetime of item `i` as time ranks (`[lo, hi)`), `(0, 0)` if out
+    /// of range.
+    pub(crate) fn ranks(&self, i: usize) -> (u32, u32) {
+        (
+            self.lo.get(i).copied().unwrap_or(0),
+            self.hi.get(i).copied().unwrap_or(0),
+        )
+    }
+
     /// Piece of item `i` (the last piece if out of range).
     pub(crate) fn piece(&self, i: usize) -> usize {
         self.piece

@@ -6,9 +6,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::components::components;
 use super::reorder::reorder;
 use super::start_fit::start_best_fit;
 use super::sweep::MAX_BUFFERS;
+use super::window::repair;
 use super::{
     Greedy, GreedyFit, GreedyOrder, Interval, SearchConfig, SearchStatus, best_of_orders, height,
     lower_bound, search, total_size,
@@ -28,6 +30,26 @@ const START_FIT: Greedy = Greedy {
     order: GreedyOrder::Start,
     fit: GreedyFit::BestFit,
 };
+
+/// Above this many pairs of buffers per round (the sum over the
+/// time-independent pieces of their squared sizes), [`solve`]'s default
+/// skips the re-ordering rounds for the windowed repair: one round would
+/// take tens of seconds on a 2-core machine (idealloc's Y_1, 62,185
+/// buffers in one piece, is 3.9e9 pairs and 1.2 s a round).
+const ROUND_PAIRS_MAX: u128 = 1 << 34;
+
+/// The pairs one re-ordering round compares: the sum of the squared sizes
+/// of the time-independent pieces.
+fn round_pairs(items: &[Interval]) -> u128 {
+    let (piece, pieces) = components(items);
+    let mut count = vec![0u128; pieces.max(1)];
+    for (i, it) in items.iter().enumerate() {
+        if !it.is_trivial() {
+            count[piece[i] as usize] += 1;
+        }
+    }
+    count.iter().map(|c| c * c).sum()
+}
 
 /// Which placer [`solve`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -64,6 +86,10 @@ pub enum StrategyKind {
     /// greedy by size once if no chain reached it), each O(n²) in the
     /// buffers of one time-independent piece: about 0.5 s for 28,526
     /// buffers and 1.2 s for 62,185 on a 2-core machine (BENCHMARKS.md).
+    /// Above 2^34 pairs per round (ten pieces of 62,185 buffers, or one
+    /// overlapping piece of hundreds of thousands) the rounds are skipped;
+    /// large instances are then repaired window by window (a window's cost
+    /// does not grow with n), also after the rounds with the time left.
     Auto,
 }
 
@@ -300,16 +326,24 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
         } else {
             strategy.time_limit
         };
-        let out = reorder(
-            items,
-            offsets,
-            placer,
-            goal,
-            bound,
-            start.checked_add(share),
-        );
-        (offsets, placed_height, placer, rounds) =
-            (out.offsets, out.height, out.placer, out.rounds);
+        let deadline = start.checked_add(share);
+        // Where one full round would cost more than the time allows, the
+        // rounds give way to local repair, window by window (a window's
+        // cost does not grow with n). Elsewhere the rounds run first and
+        // the repair lowers what they leave.
+        let rounds_affordable = round_pairs(items) <= ROUND_PAIRS_MAX;
+        if rounds_affordable {
+            let out = reorder(items, offsets, placer, goal, bound, deadline);
+            (offsets, placed_height, placer, rounds) =
+                (out.offsets, out.height, out.placer, out.rounds);
+        }
+        if placed_height > goal && !all_orders {
+            let fixed = repair(items, &mut offsets, goal, deadline);
+            if fixed.improved > 0 {
+                placed_height = height(items, &offsets);
+                placer = None;
+            }
+        }
     }
     let wants_search = match strategy.kind {
         StrategyKind::Search => true,
