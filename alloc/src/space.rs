@@ -391,9 +391,9 @@ mod tests {
                             let addr = s.take(off, len).unwrap();
                             let off = addr - s.base();
                             let l = len.next_multiple_of(REGION_ALIGN);
-                            for g in off / REGION_ALIGN..(off + l) / REGION_ALIGN {
-                                prop_assert_eq!(owner[g], usize::MAX, "granule handed out twice");
-                                owner[g] = i;
+                            for o in &mut owner[off / REGION_ALIGN..(off + l) / REGION_ALIGN] {
+                                prop_assert_eq!(*o, usize::MAX, "granule handed out twice");
+                                *o = i;
                             }
                             prop_assert!(s.unmapped_runs(off, l).is_empty());
                             live.push((addr, l));
@@ -403,15 +403,13 @@ mod tests {
                         let (addr, l) = live.swap_remove(k % live.len());
                         prop_assert_eq!(s.give_back(addr), Some(l));
                         let off = addr - s.base();
-                        for g in off / REGION_ALIGN..(off + l) / REGION_ALIGN {
-                            owner[g] = usize::MAX;
-                        }
+                        owner[off / REGION_ALIGN..(off + l) / REGION_ALIGN].fill(usize::MAX);
                     }
                     Op::Give(_) => {}
                     Op::Trim => {
                         for (ro, rl) in s.trimmable(None) {
-                            for g in ro / REGION_ALIGN..(ro + rl) / REGION_ALIGN {
-                                prop_assert_eq!(owner[g], usize::MAX, "a live byte unmapped");
+                            for &o in &owner[ro / REGION_ALIGN..(ro + rl) / REGION_ALIGN] {
+                                prop_assert_eq!(o, usize::MAX, "a live byte unmapped");
                             }
                             s.note_unmapped(ro, rl);
                         }

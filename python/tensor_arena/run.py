@@ -53,6 +53,9 @@ _POLICY_FLAGS = (
     ("checked", bool, "poison freed planned blocks and verify guard bytes (also TENSOR_ARENA_CHECKED=1)"),
     ("platform", ("cuda", "npu"), "the fallback's and the comparison model's rounding rules"),
     ("log_errors", bool, "log the first error of each kind to stderr"),
+    ("mapped_range", bool, "take every region from mapped address ranges (pages mapped as needed, no "
+                           "device call per region); --no-mapped-range: a device region per region"),
+    ("range_bytes", int, "bytes of address space each mapped range reserves (default: the device's capacity)"),
 )
 
 

@@ -21,7 +21,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIG_RS = REPO / "alloc" / "src" / "config.rs"
 # Keys set by other options than a flag of their own: the device (--device), the
 # trace (--trace), and the runtime libraries to load (--policy only).
-NOT_FLAGS = {"backend", "device", "trace", "cuda_runtime_lib", "npu_runtime_lib"}
+# map_granularity: a replay's key (`tensor-arena replay --planned --map-granularity`);
+# a live run maps in its backing's own unit.
+NOT_FLAGS = {"backend", "device", "trace", "cuda_runtime_lib", "npu_runtime_lib", "map_granularity"}
 
 
 def policy(argv):
