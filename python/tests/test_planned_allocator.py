@@ -30,7 +30,7 @@ FRAGMENTATION = re.compile(
 )
 WHOLE_RUN = re.compile(
     r"^whole run: peak reserved (?P<p>[0-9.]+) MiB planned vs (?P<c>[0-9.]+) MiB caching allocator "
-    r"model \((?P<e>[0-9.]+) MiB with expandable segments\)$"
+    r"model \((?P<e>[0-9.]+) MiB with expandable segments\), lower bound (?P<lb>[0-9.]+) MiB$"
 )
 
 
@@ -124,6 +124,9 @@ def test_fixed_length_gpt2_is_served_from_the_plan_with_identical_losses(env, tm
     assert abs(float(w["p"]) - st["peak_reserved_bytes"] / mib) < 0.006
     assert abs(float(w["c"]) - st["caching_model"]["peak_reserved_bytes"] / mib) < 0.006
     assert abs(float(w["e"]) - st["expandable_model"]["peak_reserved_bytes"] / mib) < 0.006
+    # The live lower bound: the stats' own, below every peak.
+    assert abs(float(w["lb"]) - st["lower_bound_bytes"] / mib) < 0.006
+    assert st["peak_live_bytes"] <= st["lower_bound_bytes"] <= st["peak_reserved_bytes"]
     assert st["peak_reserved_bytes"] >= st["reserved_bytes"]
     assert "bit-identical" in lines[-4]
 
