@@ -14,6 +14,7 @@ use crate::config::{Config, Platform};
 use crate::error::{Error, Result};
 use crate::exact::ExactPool;
 use crate::fallback::Fallback;
+use crate::merge::Merger;
 use crate::metered::{BackingCalls, Metered};
 use crate::record::{FreedAt, Life, Origin, Records, StepRecord};
 use crate::site_plan::{self, GRANULE, GUARD};
@@ -157,6 +158,14 @@ pub struct PlannedAllocator {
     /// An installed plan whose (larger) region is reserved at the next
     /// step's first request.
     awaiting_region: Option<site_plan::SitePlan>,
+    /// The steps recorded before the first plan, merged one by one as each
+    /// ends ([`crate::merge`]): the first plan's boundary only places.
+    merger: Merger,
+    /// Plans made so far (a plan's number, what anchors refer to).
+    plans_made: u64,
+    /// The plan being made on the planner's thread was already extended
+    /// by the step it was made during ([`PlannedAllocator::install_pending`]).
+    extended: bool,
     /// A plan being made on the planner's thread.
     pending_plan: Option<std::thread::JoinHandle<(site_plan::SitePlan, Vec<StepRecord>)>>,
     /// Steps begun; the current (or last) step's number.
@@ -292,6 +301,9 @@ impl PlannedAllocator {
             records: Records::new(keep),
             basis: Vec::new(),
             basis_stale: false,
+            merger: Merger::new(),
+            plans_made: 0,
+            extended: false,
             pending_plan: None,
             awaiting_region: None,
             live_prev_bytes: 0,
@@ -677,6 +689,13 @@ impl PlannedAllocator {
         self.exact_this_step = 0;
         let expected = self.records.latest_len();
         self.records.begin(self.step, expected);
+        // The serving plan's matcher anchors this step's requests.
+        let serving_plan = match (&self.slab, &self.awaiting_region) {
+            (_, Some(plan)) => plan.id,
+            (Some(slab), None) => slab.plan.id,
+            (None, None) => 0,
+        };
+        self.records.anchor_plan(serving_plan);
         if let Some(slab) = self.slab.as_mut() {
             slab.begin_step();
         }
@@ -713,8 +732,9 @@ impl PlannedAllocator {
         }
         // A plan made on the planner's thread during this step goes in
         // now; no other plan is decided on at this boundary.
-        let installed = self.pending_plan.is_some();
-        self.install_pending();
+        let installed = self.install_pending();
+        // No plan is decided on while one is made or has just gone in.
+        let busy = installed || self.pending_plan.is_some();
         let c = &mut self.counters;
         c.reservations_last_step = self.backing.reservations() - c.reservations_at_step_start;
         let warmup = u64::from(self.config.warmup_steps);
@@ -731,15 +751,31 @@ impl PlannedAllocator {
             }
             Phase::Recording => {
                 let recorded = self.step.saturating_sub(warmup);
-                if !installed && recorded >= record {
+                // The step that ended is merged with those before it now,
+                // so that the first plan's boundary merges one step at most.
+                let started = std::time::Instant::now();
+                // (Only when the first plan will be made at the boundary: a
+                // plan of its size, as many steps as it may record.)
+                let most = record.max(u64::from(self.config.record_steps_changing));
+                let at_boundary = (self.records.latest_len() as u64).saturating_mul(most)
+                    < u64::from(self.config.background_plan_requests);
+                if at_boundary && let Some(rec) = self.records.last(1).next() {
+                    self.merger.fold(rec, None);
+                }
+                let mut planned = false;
+                if !busy && recorded >= record {
                     // Shapes that change from step to step: record more
                     // steps (up to `record_steps_changing`) before the
                     // first plan, so that it sees more of their range.
                     let steps: Vec<_> = self.records.last(recorded as usize).collect();
                     let longer = u64::from(self.config.record_steps_changing);
                     if recorded >= longer || !site_plan::shapes_change(&steps) {
-                        self.plan(recorded as usize);
+                        self.plan(recorded as usize, started);
+                        planned = true;
                     }
+                }
+                if !planned {
+                    self.note_planning_wait(started);
                 }
             }
             Phase::Serving => {
@@ -781,14 +817,14 @@ impl PlannedAllocator {
                     self.counters.plan_peak_reserved = self.backing.current();
                 }
                 let wait = self.config.replan_miss_steps.max(self.replan_wait);
-                if installed {
+                if busy {
                     self.miss_streak = 0;
                 } else if self.miss_streak >= wait {
                     // Back off when re-plans do not cure the misses (a
                     // program that never repeats itself).
                     self.replan_wait = (wait * 2).min(MAX_REPLAN_WAIT);
                     self.miss_streak = 0;
-                    self.replan();
+                    self.replan(std::time::Instant::now());
                 } else if self.clean_streak >= 2 * wait {
                     // Long enough without misses: the next ones are new.
                     self.replan_wait = self.config.replan_miss_steps;
@@ -985,7 +1021,9 @@ impl PlannedAllocator {
             self.counters.misses.stream += 1;
             return Err(false);
         }
-        match slab.serve(origin, size, stream, self.phases.current) {
+        let served = slab.serve(origin, size, stream, self.phases.current);
+        self.records.anchor(origin.k, slab.last_site);
+        match served {
             Ok((addr, slot)) => {
                 if self.take_slab_block(addr, slot, size) {
                     Ok(addr)
@@ -1063,7 +1101,7 @@ impl PlannedAllocator {
     /// steps the serving plan was made from, so that a plan never shrinks
     /// below what the steps it served needed: a loop whose shapes come from
     /// a set keeps them all.
-    fn replan(&mut self) {
+    fn replan(&mut self, started: std::time::Instant) {
         let recent: Vec<StepRecord> = self
             .records
             .last(self.config.recent_steps as usize)
@@ -1090,44 +1128,67 @@ impl PlannedAllocator {
             }
         }
         steps.sort_by_key(|r| r.step);
-        self.plan_from(steps);
+        // The serving plan's merge: its steps are in, the steps it served
+        // fold in by their anchors.
+        // (The plan whose region is awaited serves from its reservation
+        // on: the anchors refer to it, as `step_begin` set them.)
+        let base = self
+            .awaiting_region
+            .as_ref()
+            .or(self.slab.as_ref().map(|s| &s.plan))
+            .map(|p| (p.merged.clone(), p.id))
+            .unwrap_or_default();
+        self.plan_from(steps, base, started);
     }
 
-    /// Plans from the last `n` recorded steps.
-    fn plan(&mut self, n: usize) {
+    /// Plans from the last `n` recorded steps (merged as they ended).
+    fn plan(&mut self, n: usize, started: std::time::Instant) {
         let steps: Vec<StepRecord> = self.records.last(n).cloned().collect();
-        self.plan_from(steps);
+        let merger = std::mem::take(&mut self.merger);
+        self.plan_from(steps, (merger, 0), started);
     }
 
-    /// Plans `steps`, reserves the slab (or reuses the region the serving
-    /// plan holds) and serves from the next step on.
-    fn plan_from(&mut self, steps: Vec<StepRecord>) {
-        let (latest, pad, checked) = (self.step, self.platform.pad() as u64, self.checked);
-        // A re-plan tries to fit the region it would take over.
-        let region = self.slab.as_ref().map(|s| s.region_bytes as u64);
-        let make = move |steps: Vec<StepRecord>| {
-            let refs: Vec<&StepRecord> = steps.iter().collect();
-            let plan = site_plan::plan(&refs, latest, pad, checked, PLACEMENT_TIME_LIMIT, region);
-            (plan, steps)
+    /// Plans `steps` from `base` (a merger, and the plan the steps'
+    /// anchors must refer to for it to use them), reserves the slab (or
+    /// reuses the region the serving plan holds) and serves from the next
+    /// step on. `started`: when the boundary's planning work began.
+    fn plan_from(
+        &mut self,
+        steps: Vec<StepRecord>,
+        base: (Merger, u64),
+        started: std::time::Instant,
+    ) {
+        let job = PlanJob {
+            latest: self.step,
+            pad: self.platform.pad() as u64,
+            checked: self.checked,
+            // A re-plan tries to fit the region it would take over.
+            region: self.slab.as_ref().map(|s| s.region_bytes as u64),
         };
         let requests: usize = steps.iter().map(|s| s.requests.len()).sum();
         if requests >= self.config.background_plan_requests as usize {
             // Made while the next step runs; swapped in at its end.
-            match std::thread::Builder::new()
-                .name("tensor-arena-planner".to_owned())
-                .spawn(move || make(steps))
-            {
-                Ok(handle) => self.pending_plan = Some(handle),
-                Err(_) => self.error(Kind::Replan, || {
-                    "no thread could be started for the planner; no plan was made".to_owned()
-                }),
-            }
+            self.extended = false;
+            self.spawn_planner(job, steps, base);
+            self.note_planning_wait(started);
             return;
         }
-        let started = std::time::Instant::now();
-        let (plan, steps) = make(steps);
+        let (plan, steps) = job.make(steps, base);
         self.note_planning_wait(started);
         self.install(plan, steps);
+    }
+
+    /// Starts the planner's thread on `job`.
+    fn spawn_planner(&mut self, job: PlanJob, steps: Vec<StepRecord>, base: (Merger, u64)) {
+        match std::thread::Builder::new()
+            .name("tensor-arena-planner".to_owned())
+            .spawn(move || job.make(steps, base))
+        {
+            Ok(handle) => self.pending_plan = Some(handle),
+            Err(_) => self.error(Kind::Replan, || {
+                "no thread could be started for the planner; no plan was made".to_owned()
+            }),
+        }
     }
 
     /// Reserves a region for `plan` and serves it from there; `None` (the
@@ -1152,25 +1213,74 @@ impl PlannedAllocator {
         }
     }
 
-    /// Swaps in a plan made on the planner's thread (waiting for it).
-    fn install_pending(&mut self) {
-        if let Some(handle) = self.pending_plan.take() {
-            let started = std::time::Instant::now();
-            let joined = handle.join();
-            self.note_planning_wait(started);
-            match joined {
-                Ok((plan, steps)) => self.install(plan, steps),
-                Err(_) => self.error(Kind::Replan, || {
-                    "the planner's thread panicked; the plan serving stays".to_owned()
-                }),
+    /// Swaps in a plan made on the planner's thread (waiting for it);
+    /// whether one went in. A plan that does not hold the requests of the
+    /// step it was made during (a shape first seen there) is not swapped
+    /// in: that step is merged into it and it is placed again while the
+    /// next step runs, once per plan, so a plan made off the training
+    /// thread knows what a plan made at the boundary would have.
+    fn install_pending(&mut self) -> bool {
+        let Some(handle) = self.pending_plan.take() else {
+            return false;
+        };
+        let started = std::time::Instant::now();
+        let joined = handle.join();
+        let installed = match joined {
+            Ok((plan, mut steps)) => {
+                let during = self.records.get(self.step);
+                let stale =
+                    !self.extended && during.is_some_and(|rec| !site_plan::holds(&plan, rec));
+                match during {
+                    Some(rec) if stale => {
+                        // The steps' records again: their carried frees
+                        // are known now.
+                        for s in &mut steps {
+                            if let Some(fresh) = self.records.get(s.step) {
+                                s.clone_from(fresh);
+                            }
+                        }
+                        // At most as many steps as any plan: the oldest
+                        // gives way.
+                        if steps.len() >= MAX_PLAN_STEPS {
+                            steps.remove(0);
+                        }
+                        steps.push(rec.clone());
+                        let job = PlanJob {
+                            latest: self.step,
+                            pad: self.platform.pad() as u64,
+                            checked: self.checked,
+                            region: self.slab.as_ref().map(|s| s.region_bytes as u64),
+                        };
+                        self.extended = true;
+                        self.spawn_planner(job, steps, (plan.merged, 0));
+                        false
+                    }
+                    _ => {
+                        // What follows reserves memory for the plan, as any
+                        // plan's swap does: not a wait for the planner.
+                        self.note_planning_wait(started);
+                        self.install(plan, steps);
+                        return true;
+                    }
+                }
             }
-        }
+            Err(_) => {
+                self.error(Kind::Replan, || {
+                    "the planner's thread panicked; the plan serving stays".to_owned()
+                });
+                false
+            }
+        };
+        self.note_planning_wait(started);
+        installed
     }
 
     /// Reserves the slab for `plan` (or reuses the region the serving plan
     /// holds) and serves from the next step on.
-    fn install(&mut self, plan: site_plan::SitePlan, steps: Vec<StepRecord>) {
+    fn install(&mut self, mut plan: site_plan::SitePlan, steps: Vec<StepRecord>) {
         self.counters.plan_moved_this_step = true;
+        self.plans_made += 1;
+        plan.id = self.plans_made;
         // A re-plan that lands on the plan it replaces keeps the slab: its
         // live blocks stay valid, nothing is reserved.
         if self
@@ -1179,6 +1289,12 @@ impl PlannedAllocator {
             .is_some_and(|s| s.plan.sites == plan.sites)
         {
             self.replans_unchanged += 1;
+            // The same sites: the new merge (of the new basis) is the one
+            // the next re-plan starts from; anchors keep the serving plan's
+            // number.
+            if let Some(slab) = self.slab.as_mut() {
+                slab.plan.merged = plan.merged;
+            }
             self.basis = steps;
             self.basis_stale = true;
             return;
@@ -1357,6 +1473,46 @@ pub fn caching_config(platform: Platform) -> CachingConfig {
         Platform::Npu => CachingConfig::npu(),
         // PyTorch's CUDACachingAllocator: 512-byte rounding, no pad.
         Platform::Cuda => CachingConfig::cuda(),
+    }
+}
+
+/// What a plan is made with, apart from its steps: moved to the planner's
+/// thread, or run at the boundary.
+struct PlanJob {
+    /// The last step that ended.
+    latest: u64,
+    pad: u64,
+    checked: bool,
+    /// The region a re-plan tries to fit.
+    region: Option<u64>,
+}
+
+impl PlanJob {
+    /// Folds the steps into `base` (by their anchors where they refer to
+    /// its plan), restricts it to them and places the plan.
+    fn make(
+        self,
+        steps: Vec<StepRecord>,
+        base: (Merger, u64),
+    ) -> (site_plan::SitePlan, Vec<StepRecord>) {
+        let (mut merger, anchored_to) = base;
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        for rec in &refs {
+            let anchors = (anchored_to != 0 && rec.anchor_plan == anchored_to)
+                .then_some(rec.anchors.as_slice());
+            merger.fold(rec, anchors);
+        }
+        let merged = merger.restrict(&refs);
+        let plan = site_plan::plan(
+            &refs,
+            merged,
+            self.latest,
+            self.pad,
+            self.checked,
+            PLACEMENT_TIME_LIMIT,
+            self.region,
+        );
+        (plan, steps)
     }
 }
 

@@ -103,9 +103,10 @@ pub struct Config {
     /// Plans of steps that made at least this many requests in all are
     /// made on a thread of their own while the next step runs, and swapped
     /// in at the end of that step (waiting for the planner there only if it
-    /// has not finished): a re-plan inside a large model's step does not
-    /// stall it. Smaller plans take milliseconds and are made at the
-    /// boundary itself.
+    /// has not finished), so that planning never stalls a step. The
+    /// default, 0, makes every plan there; a larger value makes smaller
+    /// plans at the step boundary itself (the step that ended merged in
+    /// as it ended, the boundary merging one step at most and placing).
     pub background_plan_requests: u32,
     /// Before the first plan, give requests outside steps and in warm-up
     /// steps a backing region each (one device call per request, before
@@ -160,7 +161,7 @@ impl Default for Config {
             record_steps_changing: 6,
             replan_miss_steps: 1,
             recent_steps: 4,
-            background_plan_requests: 20_000,
+            background_plan_requests: 1_024,
             exact_before_plan: true,
             checked: None,
             log_errors: true,

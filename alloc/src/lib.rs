@@ -4,9 +4,11 @@
 //! `torch_npu.npu.NPUPluggableAllocator`, or torch's CPU allocator), it
 //! records the first steps (every request's size, stream, place in the step
 //! and when it was freed), merges them into one sequence of sites by a
-//! banded alignment ([`align`]), plans one slab for that sequence with
-//! tensor-arena's planner at a step boundary (the step taken as a circle,
-//! cut where the fewest bytes cross it), and serves every later request
+//! banded alignment ([`align`]; a step the plan served is folded in by the
+//! sites serving gave its requests, see `merge`), plans one slab for that
+//! sequence with tensor-arena's planner on a thread of its own while the
+//! next step runs (the step taken as a circle, cut where the fewest bytes
+//! cross it), and serves every later request
 //! whose site a cursor finds at its planned offset, when no live block
 //! holds any of the site's bytes (checked on every request, so a program
 //! that strays from its recording never gets memory that overlaps a live
@@ -66,6 +68,7 @@ mod fallback;
 #[allow(unsafe_code)]
 pub mod ffi;
 mod live_set;
+mod merge;
 mod metered;
 mod pending;
 mod record;

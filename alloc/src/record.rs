@@ -50,6 +50,12 @@ pub struct StepRecord {
     pub step: u64,
     /// Its requests, in order.
     pub requests: Vec<Request>,
+    /// Per request: the site the serving plan's matcher gave it
+    /// ([`crate::merge::NO_SITE`] for none); what folds the step into the
+    /// plan's merge without aligning it again ([`crate::merge`]).
+    pub anchors: Vec<u32>,
+    /// The plan (its number, from 1) the anchors refer to; 0 for none.
+    pub anchor_plan: u64,
 }
 
 /// How a request's block lived, relative to its step.
@@ -106,6 +112,9 @@ impl Records {
         rec.step = step;
         rec.requests.clear();
         rec.requests.reserve(expected);
+        rec.anchors.clear();
+        rec.anchors.reserve(expected);
+        rec.anchor_plan = 0;
         self.steps.push_back(rec);
     }
 
@@ -119,6 +128,7 @@ impl Records {
                     phase,
                     freed: None,
                 });
+                rec.anchors.push(crate::merge::NO_SITE);
                 (rec.requests.len() - 1) as u32
             }
             None => 0,
@@ -140,6 +150,25 @@ impl Records {
             .and_then(|r| r.requests.get_mut(origin.k as usize))
         {
             req.freed = Some(at);
+        }
+    }
+
+    /// Marks the current step's anchors as referring to plan `plan`.
+    pub fn anchor_plan(&mut self, plan: u64) {
+        if let Some(rec) = self.steps.back_mut() {
+            rec.anchor_plan = plan;
+        }
+    }
+
+    /// The serving plan's matcher gave request `k` of the current step
+    /// site `site`.
+    pub fn anchor(&mut self, k: u32, site: u32) {
+        if let Some(a) = self
+            .steps
+            .back_mut()
+            .and_then(|r| r.anchors.get_mut(k as usize))
+        {
+            *a = site;
         }
     }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tensor_arena::plan::placement::{self, Interval, Strategy};
 
 use crate::align::{self, Shape};
+use crate::merge::Merger;
 use crate::record::{Life as RequestLife, StepRecord};
 use crate::request_phase::RequestPhase;
 
@@ -157,6 +158,12 @@ pub struct SitePlan {
     pub optimal: bool,
     /// Wall time of the placement, in seconds.
     pub placement_seconds: f64,
+    /// The merge of its steps it was made from: a re-plan folds the steps
+    /// this plan served into it ([`crate::merge`]).
+    pub merged: Merger,
+    /// Its number among the allocator's plans (from 1; 0 until installed):
+    /// what a served step's anchors refer to.
+    pub id: u64,
 }
 
 /// Slot bytes of a request: rounded with the platform's pad, plus the guard
@@ -200,155 +207,22 @@ pub fn shapes_change(steps: &[&StepRecord]) -> bool {
     })
 }
 
-/// The recorded steps merged into one sequence of sites: each step's
-/// requests aligned with the sites (as serving will align them), a request
-/// that matches none becoming a new site where it occurred.
-struct Merged {
-    /// Per site: smallest and largest request, stream.
-    shapes: Vec<Shape>,
-    /// Per step: request index -> site.
-    maps: Vec<Vec<u32>>,
-}
-
-/// Where a request of a step being merged goes.
-#[derive(Clone, Copy)]
-enum Assign {
-    /// An existing site.
-    Site(u32),
-    /// A new site, before the existing site at this index.
-    Before(u32),
-}
-
-fn merge(steps: &[&StepRecord]) -> Merged {
-    // The longest step (the latest of equals) is the reference; the others
-    // are aligned with what has been merged so far, newest first.
-    let reference = (0..steps.len())
-        .max_by_key(|&i| (steps[i].requests.len(), i))
-        .unwrap_or(0);
-    let mut shapes: Vec<Shape> = Vec::new();
-    let mut maps: Vec<Vec<u32>> = vec![Vec::new(); steps.len()];
-    if let Some(rec) = steps.get(reference) {
-        shapes = rec
-            .requests
-            .iter()
-            .map(|r| Shape {
-                min: r.size,
-                max: r.size,
-                capacity: r.size,
-                stream: r.stream,
-                phase: r.phase,
-            })
-            .collect();
-        maps[reference] = (0..rec.requests.len() as u32).collect();
-    }
-    let order = (0..steps.len()).rev().filter(|&i| i != reference);
-    for i in order.collect::<Vec<_>>() {
-        let requests: Vec<(u64, u32, RequestPhase)> = steps[i]
-            .requests
-            .iter()
-            .map(|r| (r.size, r.stream, r.phase))
-            .collect();
-        let aligned = align::align_steps(&shapes, &requests);
-        let mut assign = Vec::with_capacity(requests.len());
-        let mut cursor = 0usize;
-        for (&(size, _, _), got) in requests.iter().zip(aligned) {
-            match got {
-                Some(j) => {
-                    let s = &mut shapes[j as usize];
-                    s.min = s.min.min(size);
-                    s.max = s.max.max(size);
-                    s.capacity = s.max;
-                    assign.push(Assign::Site(j));
-                    cursor = j as usize + 1;
-                }
-                None => assign.push(Assign::Before(cursor as u32)),
-            }
-        }
-        if assign.iter().all(|a| matches!(a, Assign::Site(_))) {
-            maps[i] = assign
-                .iter()
-                .map(|a| match *a {
-                    Assign::Site(j) | Assign::Before(j) => j,
-                })
-                .collect();
-            continue;
-        }
-        // Rebuild: new sites go before the site at their cursor, in the
-        // order they occurred.
-        let mut inserts: Vec<(u32, usize)> = assign
-            .iter()
-            .enumerate()
-            .filter_map(|(k, a)| match *a {
-                Assign::Before(at) => Some((at, k)),
-                Assign::Site(_) => None,
-            })
-            .collect();
-        inserts.sort_by_key(|&(at, k)| (at, k));
-        let mut new_shapes = Vec::with_capacity(shapes.len() + inserts.len());
-        let mut old_to_new = vec![0u32; shapes.len()];
-        let mut new_of_request = vec![0u32; steps[i].requests.len()];
-        let mut next = inserts.iter().peekable();
-        for (j, shape) in shapes.iter().enumerate() {
-            while let Some(&&(at, k)) = next.peek() {
-                if at as usize > j {
-                    break;
-                }
-                let r = &steps[i].requests[k];
-                new_of_request[k] = new_shapes.len() as u32;
-                new_shapes.push(Shape {
-                    min: r.size,
-                    max: r.size,
-                    capacity: r.size,
-                    stream: r.stream,
-                    phase: r.phase,
-                });
-                next.next();
-            }
-            old_to_new[j] = new_shapes.len() as u32;
-            new_shapes.push(*shape);
-        }
-        for &(_, k) in next {
-            let r = &steps[i].requests[k];
-            new_of_request[k] = new_shapes.len() as u32;
-            new_shapes.push(Shape {
-                min: r.size,
-                max: r.size,
-                capacity: r.size,
-                stream: r.stream,
-                phase: r.phase,
-            });
-        }
-        for map in &mut maps {
-            for j in map.iter_mut() {
-                *j = old_to_new[*j as usize];
-            }
-        }
-        maps[i] = assign
-            .iter()
-            .enumerate()
-            .map(|(k, a)| match *a {
-                Assign::Site(j) => old_to_new[j as usize],
-                Assign::Before(_) => new_of_request[k],
-            })
-            .collect();
-        shapes = new_shapes;
-    }
-    Merged { shapes, maps }
-}
-
-/// Plans `steps` (oldest first, `latest` the last ended step): the steps
-/// merged into one sequence of sites, each site sized by the largest
-/// request it took and alive from its position to the latest point any
-/// step freed it, in the merged order.
+/// Plans `steps` (oldest first, `latest` the last ended step) from their
+/// merge `merged` ([`Merger::restrict`] of exactly these steps, in this
+/// order): each site sized by the largest request it took and alive from
+/// its position to the latest point any step freed it, in the merged
+/// order.
 pub fn plan(
     steps: &[&StepRecord],
+    merged: Merger,
     latest: u64,
     pad: u64,
     checked: bool,
     time_limit: Duration,
     capacity: Option<u64>,
 ) -> SitePlan {
-    let Merged { shapes, maps } = merge(steps);
+    let shapes: Vec<Shape> = merged.shapes().to_vec();
+    let maps: Vec<Vec<u32>> = merged.maps().map(<[u32]>::to_vec).collect();
     // Each phase's sites, in site order, and where each phase's cursor
     // starts: at the site most recorded steps' first request of that phase
     // took (the earliest of equals).
@@ -604,7 +478,39 @@ pub fn plan(
         entries,
         optimal,
         placement_seconds,
+        merged,
+        id: 0,
     }
+}
+
+/// Whether `plan` would find a site with room for every request `rec`
+/// made on its stream, walking the step as serving does (the matcher of
+/// [`crate::align`], one cursor per phase from the phase's entry) but
+/// without a slab: no live block refuses anything. A step with a shape the
+/// plan never saw misses by size or finds no site.
+pub fn holds(plan: &SitePlan, rec: &StepRecord) -> bool {
+    let mut cursor = plan.entry;
+    let mut begun = [false; 2];
+    let shape = |&k: &u32| plan.sites[k as usize].shape();
+    rec.requests
+        .iter()
+        .filter(|r| r.stream == plan.stream)
+        .all(|r| {
+            let p = r.phase.index();
+            let seq = &plan.sequences[p];
+            let mut found = align::find(seq, shape, cursor[p], r.size, r.stream);
+            if !begun[p] && found.is_none() {
+                found = align::find(seq, shape, 0, r.size, r.stream);
+            }
+            begun[p] = true;
+            match found {
+                Some(j) => {
+                    cursor[p] = j + 1;
+                    r.size <= plan.sites[seq[j] as usize].capacity
+                }
+                None => false,
+            }
+        })
 }
 
 /// The stream most recorded requests used.
@@ -704,6 +610,31 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_holds_the_steps_it_knows_and_not_a_larger_shape() {
+        let make = |s: u64, scale: u64| StepRecord {
+            step: s,
+            requests: (1..=6)
+                .map(|i| req(scale * 1000 * i, Some((s, i as u32 + 1))))
+                .collect(),
+            ..StepRecord::default()
+        };
+        let steps = [make(1, 1), make(2, 1)];
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        let merged = Merger::new().restrict(&refs);
+        let plan = plan(&refs, merged, 3, 0, false, Duration::from_secs(1), None);
+        assert!(holds(&plan, &make(3, 1)));
+        assert!(!holds(&plan, &make(3, 2)), "every request larger");
+        // One request inserted that fits no site.
+        let mut odd = make(3, 1);
+        odd.requests.insert(2, req(99_999, Some((3, 4))));
+        assert!(!holds(&plan, &odd));
+        // One request missing: still held.
+        let mut short = make(3, 1);
+        short.requests.remove(2);
+        assert!(holds(&plan, &short));
+    }
+
+    #[test]
     fn buckets_are_four_per_power_of_two() {
         assert_eq!(bucket(1000), 1024);
         assert_eq!(bucket(1024), 1024);
@@ -731,10 +662,12 @@ mod tests {
                     req(5000, if s == 1 { None } else { Some((s + 1, 4)) }),
                     req(7000, Some((s, 4))),
                 ],
+                ..StepRecord::default()
             })
             .collect();
         let refs: Vec<&StepRecord> = steps.iter().collect();
-        let plan = plan(&refs, 3, 0, true, Duration::from_secs(1), None);
+        let merged = Merger::new().restrict(&refs);
+        let plan = plan(&refs, merged, 3, 0, true, Duration::from_secs(1), None);
         assert!(plan.sites[1].alternate.is_some());
         assert_eq!(plan.sites[2].unplanned, Some(Unplanned::Outlives));
         assert_eq!(plan.sites[2].alternate, None);

@@ -57,6 +57,10 @@ pub struct PlannedSlab {
     /// would have matched further on: a second unmatched request matching
     /// just after it moves the cursor there.
     resync: [Option<usize>; 2],
+    /// The site the last [`PlannedSlab::serve`] call's matcher gave its
+    /// request, served or refused ([`crate::merge::NO_SITE`] for none):
+    /// the request's anchor ([`crate::merge`]).
+    pub last_site: u32,
     /// Blocks of an earlier plan that were alive in this region when this
     /// plan took it over: `(offset, end, origin, bytes)`. Served sites
     /// must not overlap them; they are few and freed early in the next
@@ -263,6 +267,7 @@ impl PlannedSlab {
             begun: [false; 2],
             fixed_by_size,
             resync: [None; 2],
+            last_site: crate::merge::NO_SITE,
             carried,
         }
     }
@@ -317,6 +322,7 @@ impl PlannedSlab {
         stream: u32,
         phase: RequestPhase,
     ) -> Result<(usize, u64), Refusal> {
+        self.last_site = crate::merge::NO_SITE;
         let p = phase.index();
         let (sites, seq) = (&self.plan.sites, &self.plan.sequences[p]);
         let shape = |&k: &u32| sites[k as usize].shape();
@@ -352,6 +358,7 @@ impl PlannedSlab {
         }
         self.cursor[p] = j + 1;
         let k = self.plan.sequences[p][j] as usize;
+        self.last_site = k as u32;
         let site = self.plan.sites[k];
         if site.unplanned.is_some() {
             return Err(Refusal::Unplanned);

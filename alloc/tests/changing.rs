@@ -110,6 +110,74 @@ fn a_plan_made_off_the_thread_is_swapped_in_at_the_next_boundary() {
     assert_eq!(b.misses.curable(), 0);
 }
 
+/// Like [`step`], with every activation and temporary `scale` times as
+/// large (a longer sequence).
+fn scaled_step(a: &mut PlannedAllocator, n: usize, scale: usize) {
+    a.step_begin().unwrap();
+    let mut acts = Vec::new();
+    for i in 0..n {
+        acts.push(a.alloc(scale * 65_536 * (i % 4 + 1), 0, 0).unwrap());
+        let t = a.alloc(scale * (10_000 + 512 * i), 0, 0).unwrap();
+        a.free(t);
+    }
+    for x in acts.into_iter().rev() {
+        a.free(x);
+    }
+    a.step_end().unwrap();
+}
+
+#[test]
+fn a_shape_first_seen_while_the_planner_runs_is_merged_before_the_swap() {
+    // Every plan on the planner's thread. The step the first plan is made
+    // during is twice as large: that plan would miss it, so it is not
+    // swapped in; the step is merged and the plan placed again.
+    let mut bg = cpu(r#""background_plan_requests": 1"#);
+    for _ in 0..3 {
+        step(&mut bg, 8, 0);
+    }
+    scaled_step(&mut bg, 8, 2);
+    assert_eq!(bg.stats().plans, 0, "not swapped in: it would miss step 4");
+    step(&mut bg, 8, 0);
+    assert_eq!(bg.stats().plans, 1, "placed again with step 4, swapped in");
+    let misses = bg.stats().misses.curable();
+    // Both shapes are served from that one plan, without a re-plan.
+    for k in 0..6 {
+        if k % 2 == 0 {
+            scaled_step(&mut bg, 8, 2);
+        } else {
+            step(&mut bg, 8, 0);
+        }
+    }
+    let s = bg.stats();
+    assert_eq!(s.plans, 1, "no re-plan");
+    assert_eq!(s.misses.curable(), misses, "{:?}", s.misses);
+}
+
+#[test]
+fn a_served_step_folds_in_by_its_anchors() {
+    // A fixed loop, then steps with two requests inserted: the re-plan
+    // folds the served steps in by the sites serving gave them and serves
+    // the new steps whole, with the same slab size as a plan made from
+    // scratch (inline) over the same steps.
+    let mut a = cpu("");
+    for _ in 0..4 {
+        step(&mut a, 12, 0);
+    }
+    assert_eq!(a.stats().plans, 1);
+    for _ in 0..4 {
+        step(&mut a, 12, 2);
+    }
+    let s = a.stats();
+    assert_eq!(s.plans, 2, "one re-plan");
+    let misses = s.misses.curable();
+    for _ in 0..4 {
+        step(&mut a, 12, 2);
+    }
+    let s = a.stats();
+    assert_eq!(s.misses.curable(), misses, "{:?}", s.misses);
+    assert_eq!(s.plans, 2);
+}
+
 #[test]
 fn misses_go_to_the_slabs_gaps_before_device_memory() {
     let mut a = cpu("");

@@ -46,8 +46,8 @@ _POLICY_FLAGS = (
     ("record_steps_changing", int, "steps recorded before the first plan while the recorded shapes differ"),
     ("replan_miss_steps", int, "consecutive steps with misses after which the allocator re-plans"),
     ("recent_steps", int, "steps kept for re-planning"),
-    ("background_plan_requests", int, "plans of steps with at least this many requests are made on a "
-                                      "thread of their own and swapped in a step later"),
+    ("background_plan_requests", int, "plans of steps with at least this many requests (default 1024) are "
+                                      "made on a thread of their own and swapped in a step later"),
     ("exact_before_plan", bool, "one backing region per request before the first plan, and for the few "
                                 "requests a plan does not serve (--no-exact-before-plan: the caching pools)"),
     ("checked", bool, "poison freed planned blocks and verify guard bytes (also TENSOR_ARENA_CHECKED=1)"),
