@@ -1216,63 +1216,49 @@ impl PlannedAllocator {
     /// Swaps in a plan made on the planner's thread (waiting for it);
     /// whether one went in. A plan that does not hold the requests of the
     /// step it was made during (a shape first seen there) is not swapped
-    /// in: that step is merged into it and it is placed again while the
-    /// next step runs, once per plan, so a plan made off the training
-    /// thread knows what a plan made at the boundary would have.
+    /// in: a plan is made again, while the next step runs, from the steps
+    /// a plan made at this boundary would be made from (that step among
+    /// them), once per plan, so a plan made off the training thread knows
+    /// what a plan made at the boundary would have.
     fn install_pending(&mut self) -> bool {
         let Some(handle) = self.pending_plan.take() else {
             return false;
         };
         let started = std::time::Instant::now();
         let joined = handle.join();
-        let installed = match joined {
-            Ok((plan, mut steps)) => {
-                let during = self.records.get(self.step);
-                let stale =
-                    !self.extended && during.is_some_and(|rec| !site_plan::holds(&plan, rec));
-                match during {
-                    Some(rec) if stale => {
-                        // The steps' records again: their carried frees
-                        // are known now.
-                        for s in &mut steps {
-                            if let Some(fresh) = self.records.get(s.step) {
-                                s.clone_from(fresh);
-                            }
-                        }
-                        // At most as many steps as any plan: the oldest
-                        // gives way.
-                        if steps.len() >= MAX_PLAN_STEPS {
-                            steps.remove(0);
-                        }
-                        steps.push(rec.clone());
-                        let job = PlanJob {
-                            latest: self.step,
-                            pad: self.platform.pad() as u64,
-                            checked: self.checked,
-                            region: self.slab.as_ref().map(|s| s.region_bytes as u64),
-                        };
-                        self.extended = true;
-                        self.spawn_planner(job, steps, (plan.merged, 0));
-                        false
-                    }
-                    _ => {
-                        // What follows reserves memory for the plan, as any
-                        // plan's swap does: not a wait for the planner.
-                        self.note_planning_wait(started);
-                        self.install(plan, steps);
-                        return true;
-                    }
-                }
-            }
-            Err(_) => {
-                self.error(Kind::Replan, || {
-                    "the planner's thread panicked; the plan serving stays".to_owned()
-                });
-                false
-            }
+        let Ok((plan, steps)) = joined else {
+            self.error(Kind::Replan, || {
+                "the planner's thread panicked; the plan serving stays".to_owned()
+            });
+            self.note_planning_wait(started);
+            return false;
         };
+        let stale = !self.extended
+            && self
+                .records
+                .get(self.step)
+                .is_some_and(|rec| !site_plan::holds(&plan, rec));
+        if stale {
+            // Planned again from the steps this boundary would plan from
+            // (the step just ended among them, folded in by its anchors when
+            // the serving plan served it).
+            if self.phase == Phase::Recording {
+                let recorded = self
+                    .step
+                    .saturating_sub(u64::from(self.config.warmup_steps));
+                self.plan(recorded as usize, started);
+            } else {
+                self.replan(started);
+            }
+            self.extended = true;
+            // A plan small enough to be made at the boundary went in.
+            return self.pending_plan.is_none();
+        }
+        // What follows reserves memory for the plan, as any plan's swap
+        // does: not a wait for the planner.
         self.note_planning_wait(started);
-        installed
+        self.install(plan, steps);
+        true
     }
 
     /// Reserves the slab for `plan` (or reuses the region the serving plan
