@@ -27,9 +27,9 @@ fn main() {
     };
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     println!(
-        "| loop | steps | planned MiB | lower bound MiB | planned/LB | caching/LB | planned/caching | planned/expandable | served | re-plans | device calls | steady max | caching model allocations | slab/plan LB | planning wait ms |"
+        "| loop | steps | planned MiB | lower bound MiB | planned/LB | caching/LB | planned/caching | planned/expandable | served | re-plans | device calls | steady max | caching model allocations | slab/plan LB | planning wait ms | aligned / merged requests |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut logs = (0.0f64, 0.0f64, 0usize);
     let mut lb_logs = (0.0f64, 0.0f64);
     let only = std::env::var("TA_LOOP").ok();
@@ -62,7 +62,7 @@ fn main() {
         let (pl, cl) = (p.peak_reserved_bytes as f64 / lb, c as f64 / lb);
         lb_logs = (lb_logs.0 + pl.ln(), lb_logs.1 + cl.ln());
         println!(
-            "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} |",
+            "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {} / {} |",
             p.steps,
             mib(p.peak_reserved_bytes),
             mib(p.live_lower_bound_bytes),
@@ -76,6 +76,8 @@ fn main() {
             s.caching_model.device_allocations,
             s.slab_ratio,
             1000.0 * s.planning_wait_seconds_max,
+            s.plan_requests_aligned,
+            s.plan_requests_merged,
         );
     }
     if logs.2 > 0 {

@@ -163,6 +163,8 @@ pub struct PlannedAllocator {
     merger: Merger,
     /// Plans made so far (a plan's number, what anchors refer to).
     plans_made: u64,
+    /// Requests of the plans' steps, and of those the ones aligned.
+    plan_requests: (u64, u64),
     /// The plan being made on the planner's thread was already extended
     /// by the step it was made during ([`PlannedAllocator::install_pending`]).
     extended: bool,
@@ -303,6 +305,7 @@ impl PlannedAllocator {
             basis_stale: false,
             merger: Merger::new(),
             plans_made: 0,
+            plan_requests: (0, 0),
             extended: false,
             pending_plan: None,
             awaiting_region: None,
@@ -915,6 +918,8 @@ impl PlannedAllocator {
             served_from_plan: c.served,
             served_in_slab_gaps: c.served_in_gaps,
             planning_wait_seconds_max: self.planning_wait_max,
+            plan_requests_merged: self.plan_requests.0,
+            plan_requests_aligned: self.plan_requests.1,
             served_share: (c.requests_serving > 0)
                 .then(|| c.served as f64 / c.requests_serving as f64),
             fallback_allocations_last_step: c.fallback_last_step,
@@ -1267,6 +1272,8 @@ impl PlannedAllocator {
         self.counters.plan_moved_this_step = true;
         self.plans_made += 1;
         plan.id = self.plans_made;
+        self.plan_requests.0 += plan.merged_requests;
+        self.plan_requests.1 += plan.aligned_requests;
         // A re-plan that lands on the plan it replaces keeps the slab: its
         // live blocks stay valid, nothing is reserved.
         if self
@@ -1489,7 +1496,10 @@ impl PlanJob {
             merger.fold(rec, anchors);
         }
         let merged = merger.restrict(&refs);
-        let plan = site_plan::plan(
+        // (Counted since the merger was made: the first plan's includes the
+        // steps merged at the boundaries before it.)
+        let aligned = merger.aligned_requests();
+        let mut plan = site_plan::plan(
             &refs,
             merged,
             self.latest,
@@ -1498,6 +1508,8 @@ impl PlanJob {
             PLACEMENT_TIME_LIMIT,
             self.region,
         );
+        plan.merged_requests = refs.iter().map(|r| r.requests.len() as u64).sum();
+        plan.aligned_requests = aligned;
         (plan, steps)
     }
 }

@@ -55,7 +55,8 @@ pub struct Merger {
     /// a plan's sites, what anchors refer to), its index now.
     renumber: Vec<u32>,
     /// Requests aligned by the banded alignment (not anchored, not copied
-    /// from an equal step) since the merger was made.
+    /// from an equal step) since the merger was made (by
+    /// [`Merger::new`] or [`Merger::restrict`]).
     aligned: u64,
 }
 
@@ -473,7 +474,7 @@ impl Merger {
             renumber: (0..shapes.len() as u32).collect(),
             shapes,
             folded,
-            aligned: self.aligned,
+            aligned: 0,
         }
     }
 

@@ -164,6 +164,10 @@ pub struct SitePlan {
     /// Its number among the allocator's plans (from 1; 0 until installed):
     /// what a served step's anchors refer to.
     pub id: u64,
+    /// Requests of its steps.
+    pub merged_requests: u64,
+    /// Of those, the ones the banded alignment saw when it was made.
+    pub aligned_requests: u64,
 }
 
 /// Slot bytes of a request: rounded with the platform's pad, plus the guard
@@ -480,6 +484,8 @@ pub fn plan(
         placement_seconds,
         merged,
         id: 0,
+        merged_requests: 0,
+        aligned_requests: 0,
     }
 }
 

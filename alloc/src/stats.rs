@@ -115,6 +115,14 @@ pub struct Stats {
     /// plan (made there, or joined from the planner's thread), in seconds:
     /// a measured time, not a decision input.
     pub planning_wait_seconds_max: f64,
+    /// Requests of the steps every plan was made from, summed over the
+    /// plans (a step counted once per plan it is in).
+    pub plan_requests_merged: u64,
+    /// Of those, the requests the banded alignment saw: the rest were the
+    /// first step, copied from an equal step, kept by the serving
+    /// matcher's anchors or already merged into the plan re-planned from
+    /// (docs/allocator.md, "Planning off the training thread").
+    pub plan_requests_aligned: u64,
     /// `served_from_plan / requests_after_warmup`; `None` (JSON `null`)
     /// before a serving step made a request: nothing was served yet.
     pub served_share: Option<f64>,
