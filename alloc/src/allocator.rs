@@ -797,6 +797,11 @@ impl PlannedAllocator {
                 c.fallback_max_step = c.fallback_max_step.max(c.fallback_this_step);
                 let missed = c.misses.curable() > c.misses_at_step_start;
                 if missed {
+                    // Serving lost its place somewhere in this step: its
+                    // anchors are not trusted, a re-plan aligns it whole.
+                    self.records.anchor_plan(0);
+                }
+                if missed {
                     self.miss_streak += 1;
                     self.clean_streak = 0;
                 } else {
