@@ -52,6 +52,7 @@ mod components;
 mod engine;
 mod fit_scan;
 mod greedy;
+mod lookahead;
 mod reorder;
 mod search;
 mod start_fit;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::components::components;
+use super::lookahead::best_lookahead;
 use super::reorder::reorder;
 use super::start_fit::start_best_fit;
 use super::sweep::MAX_BUFFERS;
@@ -332,6 +333,17 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
         // cost does not grow with n). Elsewhere the rounds run first and
         // the repair lowers what they leave.
         let rounds_affordable = round_pairs(items) <= ROUND_PAIRS_MAX;
+        if !rounds_affordable && !all_orders {
+            // More first placements at the sweep's cost: best fit in
+            // start order with long lifetimes started a little earlier
+            // (`lookahead.rs`); the lowest, the sweep's included.
+            let (better, by) = best_lookahead(items, offsets, goal, deadline);
+            offsets = better;
+            if by.is_some() {
+                placed_height = height(items, &offsets);
+                placer = None;
+            }
+        }
         if rounds_affordable {
             let out = reorder(items, offsets, placer, goal, bound, deadline);
             (offsets, placed_height, placer, rounds) =
