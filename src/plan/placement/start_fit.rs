@@ -26,7 +26,7 @@ use super::{GreedyOrder, Interval};
 
 /// Free space among the live buffers at the sweep's current time.
 #[derive(Default)]
-struct Live {
+pub(super) struct Live {
     /// Live blocks: offset → end. Disjoint, because the placement is valid
     /// among buffers alive together.
     blocks: BTreeMap<usize, usize>,
@@ -37,7 +37,7 @@ struct Live {
 
 impl Live {
     /// The end of the highest live block (0 when none is live).
-    fn top(&self) -> usize {
+    pub(super) fn top(&self) -> usize {
         self.blocks.last_key_value().map_or(0, |(_, &end)| end)
     }
 
@@ -76,8 +76,46 @@ impl Live {
         offset
     }
 
+    /// Takes `offset..offset + size` (`size > 0`), which must be free
+    /// among the live blocks: in a gap or above the top.
+    pub(super) fn take_at(&mut self, offset: usize, size: usize) {
+        let end = offset.saturating_add(size);
+        let below = self.end_below(offset);
+        match self.blocks.range(offset..).next().map(|(&next, _)| next) {
+            Some(next) => {
+                self.remove_gap(below, next);
+                self.add_gap(below, offset);
+                self.add_gap(end, next);
+            }
+            None => self.add_gap(below, offset),
+        }
+        self.blocks.insert(offset, end);
+    }
+
+    /// Best fit for `size > 0` bytes among the first `tries` gaps that
+    /// hold it (by length, then offset) whose lowest `size` bytes
+    /// `clear` accepts: takes the space and returns the offset, or `None`
+    /// when none of them does.
+    pub(super) fn take_clear(
+        &mut self,
+        size: usize,
+        tries: usize,
+        clear: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let (len, at) = self
+            .gaps
+            .range((size, 0)..)
+            .take(tries)
+            .find(|&&(_, at)| clear(at))
+            .copied()?;
+        self.gaps.remove(&(len, at));
+        self.add_gap(at.saturating_add(size), at.saturating_add(len));
+        self.blocks.insert(at, at.saturating_add(size));
+        Some(at)
+    }
+
     /// Frees the block at `offset`, merging the gaps on both sides.
-    fn free(&mut self, offset: usize) {
+    pub(super) fn free(&mut self, offset: usize) {
         let Some(end) = self.blocks.remove(&offset) else {
             return;
         };

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::components::components;
+use super::levels::levels_best_fit;
+use super::lookahead::best_lookahead;
 use super::reorder::reorder;
 use super::start_fit::start_best_fit;
 use super::sweep::MAX_BUFFERS;
@@ -87,9 +89,13 @@ pub enum StrategyKind {
     /// buffers of one time-independent piece: about 0.5 s for 28,526
     /// buffers and 1.2 s for 62,185 on a 2-core machine (BENCHMARKS.md).
     /// Above 2^34 pairs per round (ten pieces of 62,185 buffers, or one
-    /// overlapping piece of hundreds of thousands) the rounds are skipped;
-    /// large instances are then repaired window by window (a window's cost
-    /// does not grow with n), also after the rounds with the time left.
+    /// overlapping piece of hundreds of thousands) the rounds are skipped:
+    /// the first placement is then the lowest of the sweep, the sweep with
+    /// long lifetimes started a little earlier (four lookaheads) and the
+    /// sweep by classes of lifetime length, longest first (each O(n log n)),
+    /// and it is repaired window by window (a window's cost does not grow
+    /// with n). Below, the windows also run after the rounds with the time
+    /// left.
     Auto,
 }
 
@@ -332,6 +338,26 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
         // cost does not grow with n). Elsewhere the rounds run first and
         // the repair lowers what they leave.
         let rounds_affordable = round_pairs(items) <= ROUND_PAIRS_MAX;
+        if !rounds_affordable && !all_orders {
+            // More first placements at the sweep's cost: best fit in
+            // start order with long lifetimes started a little earlier
+            // (`lookahead.rs`); the lowest, the sweep's included.
+            let (better, by) = best_lookahead(items, offsets, goal, deadline);
+            offsets = better;
+            if by.is_some() {
+                placed_height = height(items, &offsets);
+                placer = None;
+            }
+            // And the sweep by classes of lifetime length, longest first
+            // (`levels.rs`).
+            if placed_height > goal && deadline.is_none_or(|d| Instant::now() < d) {
+                let layered = levels_best_fit(items);
+                let h = height(items, &layered);
+                if h < placed_height {
+                    (offsets, placed_height, placer) = (layered, h, None);
+                }
+            }
+        }
         if rounds_affordable {
             let out = reorder(items, offsets, placer, goal, bound, deadline);
             (offsets, placed_height, placer, rounds) =
