@@ -324,7 +324,9 @@ fn bad_allocator_traces_name_the_line() {
 /// A public snapshot nobody here wrote (tests/data/snapshots/SOURCES.md):
 /// its two training steps are found from the optimizer's frames (Python's
 /// pickle module sees two runs of `torch/optim/optimizer.py` frames), and
-/// a policy that plans after one recorded step serves the second.
+/// a policy that plans at the boundary after one recorded step serves the
+/// second; one that plans it off the training thread (its steps hold more
+/// requests than `background_plan_requests`) serves none of the two.
 #[test]
 fn a_public_snapshot_has_its_steps_found_and_a_prediction() {
     let path = data("tests/data/snapshots/cs336_notHanmin_memory_snapshot.pickle.gz");
@@ -342,7 +344,7 @@ fn a_public_snapshot_has_its_steps_found_and_a_prediction() {
             .unwrap()
             .contains("no step was served")
     );
-    let j = ok_json(&run(&[
+    let off_thread = ok_json(&run(&[
         &path,
         "--planned",
         "--warmup-steps",
@@ -352,8 +354,26 @@ fn a_public_snapshot_has_its_steps_found_and_a_prediction() {
         "--json",
         "--no-search",
     ]));
+    let p = &off_thread["planned"];
+    assert_eq!(p["policy"]["background_plan_requests"], 1024);
+    assert_eq!(p["served_from_plan"], 0, "the plan lands after step 2");
+    let r = p["recommendation"].as_str().unwrap();
+    assert!(r.contains("made while the next step runs"), "{r}");
+    let j = ok_json(&run(&[
+        &path,
+        "--planned",
+        "--warmup-steps",
+        "0",
+        "--record-steps",
+        "1",
+        "--policy",
+        r#"{"background_plan_requests": 4000000000}"#,
+        "--json",
+        "--no-search",
+    ]));
     let p = &j["planned"];
     assert!(p["requests_after_warmup"].as_u64().unwrap() > 0);
+    assert!(p["served_from_plan"].as_u64().unwrap() > 0);
     let model = j["model"]["stats"]["reserved_bytes"]["peak"]
         .as_u64()
         .unwrap();

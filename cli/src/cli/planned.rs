@@ -492,8 +492,8 @@ fn recommend(p: &mut Planned, d: &Diagnosis, platform: Platform) {
     let m = p.misses;
     if p.requests_after_warmup == 0 {
         why.push(format!(
-            "no step was served from a plan ({} steps; the policy records {} warm-up and {} recorded steps first)",
-            p.steps, p.policy.warmup_steps, p.policy.record_steps
+            "no step was served from a plan ({} steps; the policy records {} warm-up and {} recorded steps first, and a plan of {} requests or more is made while the next step runs and serves the step after it)",
+            p.steps, p.policy.warmup_steps, p.policy.record_steps, p.policy.background_plan_requests
         ));
     } else if p.served_from_plan < p.requests_after_warmup {
         why.push(format!(
@@ -554,8 +554,8 @@ pub fn section(p: &Planned) -> String {
     if p.requests_after_warmup == 0 {
         let _ = writeln!(
             s,
-            "  no step was served from a plan: {} steps replayed, the policy plans after {} warm-up and {} recorded steps",
-            p.steps, pol.warmup_steps, pol.record_steps
+            "  no step was served from a plan: {} steps replayed, the policy plans after {} warm-up and {} recorded steps (a plan of {} requests or more is made while the next step runs and serves the step after it)",
+            p.steps, pol.warmup_steps, pol.record_steps, pol.background_plan_requests
         );
     }
     if p.live_lower_bound_bytes > 0 {
