@@ -673,18 +673,6 @@ impl PlannedAllocator {
             t.step_begin();
         }
         self.step += 1;
-        if std::env::var_os("TA_DEBUG_PEAK").is_some() {
-            eprintln!(
-                "STEP {} phase {:?} live {} reserved {} slab {:?}",
-                self.step,
-                self.phase,
-                self.counters.live_bytes,
-                self.backing.current(),
-                self.slab
-                    .as_ref()
-                    .map(|s| (s.region_bytes, s.plan.slab_bytes))
-            );
-        }
         self.in_step = true;
         self.clock = 0;
         self.live_prev_bytes = self.live_this_bytes;

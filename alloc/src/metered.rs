@@ -305,14 +305,6 @@ impl Metered {
 
     fn add(&mut self, bytes: u64) {
         self.current += bytes;
-        if self.current > self.peak && std::env::var_os("TA_DEBUG_PEAK").is_some() {
-            let idle = self.idle_mapped_bytes();
-            let regions: usize = self.spaces.iter().map(|(_, s)| s.live_regions()).sum();
-            eprintln!(
-                "PEAK {} (+{bytes}) idle_mapped {idle} live_regions {regions} map {} unmap {}",
-                self.current, self.calls.map, self.calls.unmap
-            );
-        }
         self.peak = self.peak.max(self.current);
     }
 
