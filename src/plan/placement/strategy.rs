@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::components::components;
+use super::hot::hot_levels;
 use super::levels::levels_best_fit;
 use super::lookahead::best_lookahead;
 use super::reorder::reorder;
@@ -93,9 +94,10 @@ pub enum StrategyKind {
     /// the first placement is then the lowest of the sweep, the sweep with
     /// long lifetimes started a little earlier (four lookaheads) and the
     /// sweep by classes of lifetime length, longest first (each O(n log n)),
-    /// and it is repaired window by window (a window's cost does not grow
-    /// with n). Below, the windows also run after the rounds with the time
-    /// left.
+    /// the last around the buffers of the busiest times, placed first by
+    /// the rounds when they are few enough, and it is repaired window by
+    /// window (a window's cost does not grow with n). Below, the windows
+    /// also run after the rounds with the time left.
     Auto,
 }
 
@@ -349,9 +351,11 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
                 placer = None;
             }
             // And the sweep by classes of lifetime length, longest first
-            // (`levels.rs`).
+            // (`levels.rs`), around the buffers of the busiest times placed
+            // first by the rounds when they are few enough (`hot.rs`).
             if placed_height > goal && deadline.is_none_or(|d| Instant::now() < d) {
-                let layered = levels_best_fit(items);
+                let layered = hot_levels(items, bound, deadline, round_pairs)
+                    .unwrap_or_else(|| levels_best_fit(items));
                 let h = height(items, &layered);
                 if h < placed_height {
                     (offsets, placed_height, placer) = (layered, h, None);

@@ -1,0 +1,197 @@
+//! The class sweep with the busiest times placed first: the buffers alive
+//! where the bytes alive come close to the lower bound are placed
+//! together, by the re-ordering rounds, before the class sweep places the
+//! rest around them.
+//!
+//! A placement's height is set where the bytes alive are near the lower
+//! bound: elsewhere there is room to spare. On a random interval graph of
+//! 10^6 buffers these busy stretches are a few hundred time steps in a
+//! handful of places (the bytes alive reach 0.93 of the lower bound at
+//! under 1% of the time steps), and the class sweep
+//! ([`levels`](super::levels)) leaves its top 2.6% above the lower bound
+//! there after the windowed repair, which cannot lower it: a window holds
+//! the buffers crossing its edges where they are, and medium-lived buffers
+//! cross every window. Here the **hot** buffers, those alive at some time
+//! where the bytes alive are at least [`HOT`] thousandths of the lower
+//! bound, are taken out as an instance of their own, small enough for the
+//! re-ordering rounds ([`solve`](super::solve), whole lifetimes, nothing
+//! held fixed); every other buffer is then placed by the class sweep
+//! around them, clear of them over its whole lifetime. The hot buffers'
+//! own lower bound is the instance's (every buffer alive at the peak is
+//! hot), so their placement's height is what the rounds reach on them.
+//!
+//! Cost: the bytes alive per time step and a prefix count of hot steps,
+//! O(n log n); the rounds on the hot buffers, bounded by [`HOT_PAIRS_MAX`]
+//! pairs per round and a share of the time; the class sweep, O(n log n).
+//!
+//! Memory: the distinct start and end times (two per buffer at most, 8
+//! bytes each), the bytes starting and ending at each (16 bytes each) and
+//! a prefix count of hot times (4 bytes each): 56 bytes per buffer at
+//! most, freed before the rounds; then per hot buffer its index and its
+//! copy (32 bytes) and what the rounds hold for them, and the class
+//! sweep's (levels.rs).
+
+use std::time::{Duration, Instant};
+
+use super::levels::levels_around;
+use super::{Interval, Strategy, solve};
+
+/// Hot times: the bytes alive there are at least this many thousandths of
+/// the lower bound. Elsewhere the class sweep and the windows have 7% of
+/// room at every time step, which they use well. On random graphs of 10^6
+/// buffers (the bench's generator, seeds 7 and 3; hot buffers placed by
+/// the rounds, the rest by the class sweep, then the windows): 0.97 left
+/// 1.035x and 1.048x, 0.95 1.013x and 1.033x (the stretches between 0.93
+/// and 0.95 above 1.02x), 0.93 1.010x and 1.021x; 0.92 (29,000-47,000 hot
+/// buffers) was too many for a 3 s share of rounds on two graphs of four
+/// (1.043x, 1.053x).
+pub(super) const HOT: usize = 930;
+
+/// The hot buffers are placed only when one round over them compares at
+/// most this many pairs (an eighth of what the default's rounds take on:
+/// about 46,000 buffers in one piece; 30,000 take about 0.12 s a round,
+/// 50,000 0.4 s, on a 2-core machine); above, none is placed first and
+/// this is the plain class sweep. Ten or sixteen copies of Y_1
+/// overlapping in time have 62,000-104,000 hot buffers in one piece (4e9
+/// to 1.1e10 pairs): with 2^34 allowed, the rounds took their share of
+/// the time and lowered none of them (shift 0.5 1.0069x in 6.7 s instead
+/// of 3.4 s). Ten copies one after the other have 51,000 in ten pieces
+/// (2.6e8 pairs), which the rounds take to the lower bound.
+pub(super) const HOT_PAIRS_MAX: u128 = 1 << 31;
+
+/// The hot buffers' rounds get at most this share of the time left
+/// (tenths): the windows after them need the rest. At 10^6 buffers and
+/// the default 10 s that is about 2.1-2.3 s; on four random graphs the
+/// rounds on their 21,000-31,000 hot buffers took 1.6-3.0 s (15-21
+/// rounds, given 3 s).
+const HOT_SHARE: u32 = 4;
+
+/// The class sweep around the hot buffers of `items` placed first (see
+/// the module); `None` when there are none, or too many for the rounds.
+/// `bound` is the lower bound of `items`.
+pub(super) fn hot_levels(
+    items: &[Interval],
+    bound: usize,
+    deadline: Option<Instant>,
+    round_pairs: impl Fn(&[Interval]) -> u128,
+) -> Option<Vec<usize>> {
+    let hot = hot_buffers(items, bound);
+    if hot.is_empty() {
+        return None;
+    }
+    let sub: Vec<Interval> = hot.iter().map(|&i| items[i]).collect();
+    if round_pairs(&sub) > HOT_PAIRS_MAX {
+        return None;
+    }
+    let left = match deadline {
+        Some(d) => d.checked_duration_since(Instant::now())?,
+        None => Duration::MAX,
+    };
+    let share = left.checked_mul(HOT_SHARE).map_or(left, |t| t / 10);
+    let solution = solve(&sub, &Strategy::auto().with_time_limit(share)).ok()?;
+    let mut offsets = vec![0usize; items.len()];
+    let mut placed = vec![false; items.len()];
+    for (&i, &o) in hot.iter().zip(&solution.offsets) {
+        offsets[i] = o;
+        placed[i] = true;
+    }
+    levels_around(items, &mut offsets, &mut placed);
+    Some(offsets)
+}
+
+/// The buffers (indices, ascending) alive at some time where the bytes
+/// alive are at least [`HOT`] thousandths of `bound`.
+pub(super) fn hot_buffers(items: &[Interval], bound: usize) -> Vec<usize> {
+    let mut times: Vec<usize> = items
+        .iter()
+        .filter(|it| !it.is_trivial())
+        .flat_map(|it| [it.lower, it.upper])
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let rank = |t: usize| times.partition_point(|&x| x < t);
+    // Bytes starting and ending at each rank.
+    let mut delta = vec![(0usize, 0usize); times.len()];
+    for it in items.iter().filter(|it| !it.is_trivial()) {
+        delta[rank(it.lower)].0 += it.size;
+        delta[rank(it.upper)].1 += it.size;
+    }
+    // hot[k]: hot ranks before rank k. The ends are taken first, so the
+    // running sum is the bytes alive over [rank k, rank k + 1), never
+    // above the total (which fits in usize: `solve` checks it).
+    let threshold = (bound as u128 * HOT as u128).div_ceil(1000);
+    let mut hot = vec![0u32; times.len() + 1];
+    let mut alive = 0usize;
+    for (k, &(start, end)) in delta.iter().enumerate() {
+        alive = alive - end + start;
+        hot[k + 1] = hot[k].saturating_add(u32::from(alive as u128 >= threshold));
+    }
+    drop(delta);
+    (0..items.len())
+        .filter(|&i| {
+            let it = &items[i];
+            !it.is_trivial() && hot[rank(it.upper)] > hot[rank(it.lower)]
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::test_support::iv;
+    use super::super::{height, lower_bound, validate};
+    use super::*;
+
+    fn pairs(items: &[Interval]) -> u128 {
+        (items.len() as u128).pow(2)
+    }
+
+    #[test]
+    fn hot_buffers_are_those_alive_near_the_peak() {
+        // The peak is 10 bytes over [4, 6); at [0, 2) 9 bytes are alive
+        // (0.9 of it, not hot); the buffer alive only at [2, 4) is cold.
+        let items = [
+            iv(0, 2, 9),
+            iv(2, 4, 1),
+            iv(4, 6, 6),
+            iv(5, 8, 4),
+            iv(3, 5, 4),
+            iv(1, 1, 50),
+        ];
+        assert_eq!(lower_bound(&items), 10);
+        assert_eq!(hot_buffers(&items, 10), vec![2, 3, 4]);
+    }
+
+    #[test]
+    fn none_hot_or_too_many_is_none() {
+        assert_eq!(hot_levels(&[], 0, None, pairs), None);
+        let items: Vec<Interval> = (0..10).map(|k| iv(k, k + 2, 4)).collect();
+        let bound = lower_bound(&items);
+        assert_eq!(hot_levels(&items, bound, None, |_| u128::MAX), None);
+        let past = Instant::now().checked_sub(Duration::from_secs(1));
+        assert_eq!(hot_levels(&items, bound, past, pairs), None);
+        let offsets = hot_levels(&items, bound, None, pairs).unwrap();
+        validate(&items, &offsets, None).unwrap();
+        assert_eq!(height(&items, &offsets), bound);
+    }
+
+    proptest! {
+        // The shadow model is the validator: the hot buffers placed first
+        // and the rest around them give a valid placement.
+        #[test]
+        fn placements_are_valid(
+            raw in prop::collection::vec((0usize..200, 0usize..120, 0usize..40), 0..160),
+        ) {
+            let items: Vec<Interval> = raw
+                .iter()
+                .map(|&(l, d, s)| iv(l, l + d * d / 8, s))
+                .collect();
+            let bound = lower_bound(&items);
+            if let Some(offsets) = hot_levels(&items, bound, None, pairs) {
+                prop_assert!(validate(&items, &offsets, None).is_ok());
+                prop_assert!(height(&items, &offsets) >= bound);
+            }
+        }
+    }
+}
