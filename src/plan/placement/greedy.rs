@@ -268,13 +268,7 @@ pub fn greedy_lowest(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
     for (r, i) in order.sequence(items).into_iter().enumerate() {
         rank[i] = r;
     }
-    let mut times: Vec<usize> = items
-        .iter()
-        .filter(|it| !it.is_trivial())
-        .flat_map(|it| [it.lower, it.upper])
-        .collect();
-    times.sort_unstable();
-    times.dedup();
+    let times = super::distinct_times(items);
     let index = |t: usize| times.partition_point(|&x| x < t);
     let mut skyline = MaxTree::new(times.len().saturating_sub(1));
     let mut heap: BinaryHeap<Reverse<(usize, usize, usize)>> = (0..n)

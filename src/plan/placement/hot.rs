@@ -102,13 +102,7 @@ pub(super) fn hot_levels(
 /// The buffers (indices, ascending) alive at some time where the bytes
 /// alive are at least [`HOT`] thousandths of `bound`.
 pub(super) fn hot_buffers(items: &[Interval], bound: usize) -> Vec<usize> {
-    let mut times: Vec<usize> = items
-        .iter()
-        .filter(|it| !it.is_trivial())
-        .flat_map(|it| [it.lower, it.upper])
-        .collect();
-    times.sort_unstable();
-    times.dedup();
+    let times = super::distinct_times(items);
     let rank = |t: usize| times.partition_point(|&x| x < t);
     // Bytes starting and ending at each rank.
     let mut delta = vec![(0usize, 0usize); times.len()];

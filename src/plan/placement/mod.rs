@@ -162,6 +162,19 @@ pub(crate) fn total_size(items: &[Interval]) -> Option<usize> {
         .try_fold(0usize, |acc, it| acc.checked_add(it.size))
 }
 
+/// The distinct start and end times of the buffers that take room,
+/// ascending: the time axis the sweeps index by rank.
+pub(crate) fn distinct_times(items: &[Interval]) -> Vec<usize> {
+    let mut times: Vec<usize> = items
+        .iter()
+        .filter(|it| !it.is_trivial())
+        .flat_map(|it| [it.lower, it.upper])
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    times
+}
+
 #[cfg(test)]
 mod tests {
     use super::test_support::iv;
