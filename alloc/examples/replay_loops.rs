@@ -8,6 +8,8 @@
 //!
 //! ```sh
 //! cargo run --release -p tensor-arena-alloc --example replay_loops [POLICY_JSON]
+//! # the traces of generated loops instead of the suite's, with their distribution:
+//! TA_LOOPS_DIR=DIR cargo run --release -p tensor-arena-alloc --example replay_loops
 //! ```
 
 #[path = "../tests/support/loops.rs"]
@@ -33,6 +35,7 @@ fn main() {
     let mut logs = (0.0f64, 0.0f64, 0usize);
     let mut lb_logs = (0.0f64, 0.0f64);
     let only = std::env::var("TA_LOOP").ok();
+    let mut dist = Distribution::default();
     for (name, events) in loops::all() {
         if only.as_ref().is_some_and(|o| *o != name) {
             continue;
@@ -60,6 +63,7 @@ fn main() {
         logs = (logs.0 + rc.ln(), logs.1 + re.ln(), logs.2 + 1);
         let lb = p.live_lower_bound_bytes.max(1) as f64;
         let (pl, cl) = (p.peak_reserved_bytes as f64 / lb, c as f64 / lb);
+        dist.push(pl, rc, re, p.served_share, p.replans);
         lb_logs = (lb_logs.0 + pl.ln(), lb_logs.1 + cl.ln());
         println!(
             "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {} / {} |",
@@ -89,6 +93,60 @@ fn main() {
             (logs.0 / n).exp(),
             (logs.1 / n).exp(),
             logs.2
+        );
+        dist.print();
+    }
+}
+
+/// The per-loop figures, for their distribution over many loops.
+#[derive(Default)]
+struct Distribution {
+    planned_lb: Vec<f64>,
+    planned_caching: Vec<f64>,
+    planned_expandable: Vec<f64>,
+    served: Vec<f64>,
+    replans: Vec<f64>,
+}
+
+impl Distribution {
+    fn push(&mut self, pl: f64, rc: f64, re: f64, served: Option<f64>, replans: u64) {
+        self.planned_lb.push(pl);
+        self.planned_caching.push(rc);
+        self.planned_expandable.push(re);
+        if let Some(s) = served {
+            self.served.push(s);
+        }
+        self.replans.push(replans as f64);
+    }
+
+    fn print(&self) {
+        println!("\n| figure | min | median | p90 | max |\n|---|---|---|---|---|");
+        for (name, v) in [
+            ("planned/LB", &self.planned_lb),
+            ("planned/caching", &self.planned_caching),
+            ("planned/expandable", &self.planned_expandable),
+            ("served", &self.served),
+            ("re-plans", &self.replans),
+        ] {
+            let mut v = v.clone();
+            v.sort_by(f64::total_cmp);
+            let q = |f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+            if !v.is_empty() {
+                println!(
+                    "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                    q(0.0),
+                    q(0.5),
+                    q(0.9),
+                    q(1.0)
+                );
+            }
+        }
+        let over = |v: &[f64]| v.iter().filter(|&&r| r > 1.0).count();
+        println!(
+            "\nloops above the caching model: {}, above expandable segments: {} (of {})",
+            over(&self.planned_caching),
+            over(&self.planned_expandable),
+            self.planned_lb.len()
         );
     }
 }

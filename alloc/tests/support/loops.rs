@@ -6,9 +6,14 @@ use std::path::{Path, PathBuf};
 
 use tensor_arena_alloc::trace::{self, TraceEvent};
 
-/// The directory of the recorded loops.
+/// The directory of the recorded loops: `TA_LOOPS_DIR` when set (the
+/// traces `python python/benches/generated_loops --keep-traces` wrote, say),
+/// else the suite's checked-in traces.
 pub fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/loops")
+    match std::env::var_os("TA_LOOPS_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/loops"),
+    }
 }
 
 /// Every recorded loop: its name and its events, by name.
