@@ -38,6 +38,7 @@ exits 2 before running anything, as the rest of python/gpu_check does.
 """
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import math
@@ -49,6 +50,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -84,7 +86,12 @@ def parse(argv=None):
     ap.add_argument("--launcher-args", default="", help="extra flags for python -m tensor_arena.run")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                     help="the planned run writes its trace and cost_estimate.py prices it (default: on the CPU)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="CPU only: run a loop's three runs at once (for CI's time; their step times then "
+                         "compete for the cores)")
     args = ap.parse_args(argv)
+    if args.jobs > 1 and args.device != "cpu":
+        ap.error("--jobs > 1 is for --device cpu: on a GPU the runs would share the device and its memory figures")
     items = []
     for group in args.only or [",".join(ITEMS)]:
         items += [n for n in group.split(",") if n]
@@ -413,6 +420,9 @@ def markdown(record):
                                "(source per run in suite.json)." if dev == "cuda" else
                                "n/a on the CPU (max_memory_reserved too)."), "",
              loop_table(record), ""]
+    if record.get("jobs", 1) > 1:
+        lines += [f"The three runs of each loop ran at once (--jobs {record['jobs']}): their step times competed "
+                  "for the cores and compare nothing.", ""]
     if record.get("geomean_planned_over_caching_device") is not None:
         lines += [f"Geometric mean planned / caching device memory: "
                   f"{record['geomean_planned_over_caching_device']:.3f}.", ""]
@@ -436,13 +446,14 @@ class Suite:
         self.start = time.perf_counter()
         self.deadline = self.start + args.budget
         self.estimates = dict(ESTIMATE_S[args.device])
+        self.lock = threading.Lock()
         self.record = {
             "command": shlex.join([sys.executable, *sys.argv]), "device": args.device, "tiny": args.tiny,
             "budget": args.budget, "items": args.items, "host": socket.gethostname(),
             "platform": platform.platform(), "python": platform.python_version(),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "torch": None, "gpu": None, "wall_s": 0.0, "loops": {}, "capacity": None, "contract": None,
-            "skipped": [], "targets": TARGETS,
+            "skipped": [], "targets": TARGETS, "jobs": args.jobs,
         }
 
     def left(self):
@@ -450,8 +461,11 @@ class Suite:
 
     def write(self):
         self.record["wall_s"] = time.perf_counter() - self.start
-        (self.out / "suite.json").write_text(json.dumps(self.record, indent=1))
-        (self.out / "suite.md").write_text(markdown(self.record))
+        # Written under a temporary name and renamed: a run stopped from outside leaves whole files.
+        for name, text in (("suite.json", json.dumps(self.record, indent=1)), ("suite.md", markdown(self.record))):
+            tmp = self.out / f".{name}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, self.out / name)
 
     def fits(self, what, estimate):
         if estimate <= self.left():
@@ -477,23 +491,40 @@ class Suite:
     def loop(self, name):
         row = {"loop": name, "runs": {}}
         self.record["loops"][name] = row
-        results = {}
+        results = {a: None for a in ALLOCATORS}
+        todo = []
         for allocator in ALLOCATORS:
-            if not self.fits(f"{name} / {allocator}", self.estimates[name]):
+            # In parallel (--jobs, CPU only) the runs of a loop start together: each must fit.
+            ahead = 0 if self.args.jobs > 1 else self.estimates[name] * len(todo)
+            if not self.fits(f"{name} / {allocator}", self.estimates[name] + ahead):
                 row["runs"][allocator] = {"skipped": "budget"}
-                results[allocator] = None
                 continue
-            run_dir = self.out / "runs" / name / allocator
-            run_dir.mkdir(parents=True, exist_ok=True)
-            for stale in ("stats.json", "trace.csv"):
-                (run_dir / stale).unlink(missing_ok=True)
-            run, result = self.run_loop_once(name, allocator, run_dir)
-            self.estimates[name] = max(self.estimates[name] * 0.5, run["wall_s"] * 1.2)
+            todo.append(allocator)
+            if self.args.jobs > 1:
+                continue
+            self.loop_run(name, allocator, row, results)
+        if self.args.jobs > 1 and todo:
+            with concurrent.futures.ThreadPoolExecutor(self.args.jobs) as pool:
+                list(pool.map(lambda a: self.loop_run(name, a, row, results), todo))
+
+    def loop_run(self, name, allocator, row, results):
+        run_dir = self.out / "runs" / name / allocator
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("stats.json", "trace.csv"):
+            (run_dir / stale).unlink(missing_ok=True)
+        run, result = self.run_loop_once(name, allocator, run_dir)
+        self.estimates[name] = max(self.estimates[name] * 0.5, run["wall_s"] * 1.2)
+        if self.args.jobs > 1:
+            run["parallel"] = self.args.jobs
+        estimate = None
+        if allocator == "planned" and self.args.trace and (run_dir / "trace.csv").is_file():
+            estimate = self.estimate(run_dir / "trace.csv")
+        print(f"  {name} / {allocator}: rc {run['rc']}, {run['wall_s']} s", file=sys.stderr, flush=True)
+        with self.lock:  # the record changes only under the lock: write() serialises it
             row["runs"][allocator] = run
             results[allocator] = result if run["rc"] == 0 else None
-            if allocator == "planned" and self.args.trace and (run_dir / "trace.csv").is_file():
-                row["cost_estimate"] = self.estimate(run_dir / "trace.csv")
-            print(f"  {name} / {allocator}: rc {run['rc']}, {run['wall_s']} s", file=sys.stderr, flush=True)
+            if estimate is not None:
+                row["cost_estimate"] = estimate
             self.summarise_loop(row, results)
             self.write()
 

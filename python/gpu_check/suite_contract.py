@@ -103,6 +103,7 @@ def check_graph_capture(torch, alloc, device):
     x = torch.ones(16, device=device)
     g = torch.cuda.CUDAGraph()
     out = {}
+    stream = torch.cuda.current_stream()
     try:
         with torch.cuda.graph(g):
             y = x * 2  # noqa: F841
@@ -110,6 +111,10 @@ def check_graph_capture(torch, alloc, device):
     except Exception as e:  # noqa: BLE001 - the refusal is the expected outcome
         out["refused"] = True
         out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    finally:
+        # torch.cuda.graph enters its side stream before capture_begin, and a refusal there
+        # leaves it current: the checks after this one run on the stream they started on.
+        torch.cuda.set_stream(stream)
     torch.cuda.synchronize()
     out["after_sum"] = float(torch.ones(1024, device=device).sum().item())
     names = any(w in out.get("error", "").lower() for w in ("planned", "tensor-arena", "tensor_arena"))
