@@ -341,8 +341,9 @@ def capacity_table(cap):
         gib = c["needs"] * cap["total_bytes"] / 2**30 if c.get("needs") and cap.get("total_bytes") else None
         passed = num(c.get("passed"), "{:.4f}") if c.get("needs_tested") else \
             f"none of the tries (<= {cap['hi']:.4f}, untested)"
-        tries = ", ".join(f"{f:.4f}: {'trained' if ok else ('OOM' if ok is False else 'no answer')}"
-                          for f, ok in c["log"])
+        crashed = c.get("crashed") or []
+        tries = ", ".join(f"{f:.4f}: " + ("trained" if ok else "no answer" if ok is None else
+                                          "crashed" if f in crashed else "OOM") for f, ok in c["log"])
         lines.append(f"| {a} | {passed} | {num(c.get('failed'), '{:.4f}')} "
                      f"| {num(gib)} | {tries or c.get('note', '')} |")
     lines.append("")
@@ -608,8 +609,11 @@ class Suite:
                 run, result = self.run_loop_once("article", allocator, run_dir, fraction, CAPACITY_STEPS)
                 self.estimates["capacity_try"] = max(self.estimates["capacity_try"] * 0.5, run["wall_s"] * 1.2)
                 entry.setdefault("runs", []).append({"fraction": fraction, **run})
+                if run["rc"] == "timeout":
+                    return None  # cut by the budget: no answer
                 if run["rc"] != 0 or result is None:
-                    return None
+                    entry.setdefault("crashed", []).append(fraction)
+                    return False  # a crash is no training; it is listed (``crashed``) and in its run's files
                 return result.get("oom") is None and result.get("steps_done") == CAPACITY_STEPS
 
             passed, failed, log = bisect_fraction(trains, cap["lo"], cap["hi"], self.args.capacity_tries)
