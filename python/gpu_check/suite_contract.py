@@ -148,7 +148,9 @@ def check_record_stream(torch, alloc, device):
                                                      "served_share": s.get("served_share")}
 
 
-CHECKS = ("oom", "snapshot", "memory_summary", "memory_fraction", "graph_capture", "record_stream")
+# The out-of-memory checks last: the last GPU run (2026-12-04) crashed in the extension there, and a
+# crash ends the process; the file names the check it ended in.
+CHECKS = ("snapshot", "memory_summary", "graph_capture", "record_stream", "memory_fraction", "oom")
 
 
 def main(argv=None):
@@ -165,15 +167,21 @@ def main(argv=None):
 
     alloc = ta.PlannedAllocator(args.device).install()
     checks = {}
+
+    def write():  # after every check: a crash keeps what finished
+        with open(args.out, "w") as f:
+            json.dump({"device": args.device, "checks": checks, "extension": str(getattr(alloc, "extension", None))}, f)
+
     for name in CHECKS:
+        checks[name] = {"ok": False, "detail": "started; the process ended inside this check (a crash?)"}
+        write()
         try:
             ok, detail = globals()[f"check_{name}"](torch, alloc, args.device)
         except Exception as e:  # noqa: BLE001 - a check that raises fails; the next one still runs
             ok, detail = False, {"exception": f"{type(e).__name__}: {e}"[:500],
                                  "traceback": traceback.format_exc()[-1500:]}
         checks[name] = {"ok": ok, "detail": detail}
-        with open(args.out, "w") as f:  # after every check: a crash keeps what finished
-            json.dump({"device": args.device, "checks": checks, "extension": str(getattr(alloc, "extension", None))}, f)
+        write()
     return 0
 
 
