@@ -181,3 +181,59 @@ def test_device_report_from_fabricated_runs(tmp_path, monkeypatch):
     assert "| capacity: planned fraction <= 0.75x caching's | met: 0.7" in md
     assert "| median step time <= 1.02x caching, every loop | met |" in md
     assert "| planned | " in md and "trained" in md and "OOM" in md
+
+
+def test_device_memory_reads_the_driver_against_the_baseline(monkeypatch):
+    """The loops' device-memory figure on a stand-in torch.cuda (no GPU here): without pynvml it is
+    mem_get_info's used bytes over the baseline read before the first allocation, its peak sampled."""
+    import types
+
+    import suite_loops
+
+    used = {"bytes": 3 << 30}  # the context and whatever else the device held before the run
+    cuda = types.SimpleNamespace(
+        init=lambda: None,
+        get_device_properties=lambda i: types.SimpleNamespace(total_memory=80 << 30, uuid=""),
+        mem_get_info=lambda: ((80 << 30) - used["bytes"], 80 << 30),
+    )
+    fake = types.SimpleNamespace(cuda=cuda)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # "not installed": import raises ImportError
+    mem = suite_loops.DeviceMemory(fake, "cuda")
+    assert mem.source.startswith("mem_get_info") and mem.baseline == 3 << 30
+    used["bytes"] += 7 << 30
+    mem.sample()
+    used["bytes"] -= 5 << 30  # freed again: the peak stays
+    mem.sample()
+    f = mem.figures()
+    assert f["peak_over_baseline_bytes"] == 7 << 30 and f["total_bytes"] == 80 << 30
+    assert "pynvml" in f["nvml_error"]  # why NVML was not used
+    assert suite_loops.DeviceMemory(fake, "cpu").figures() == {"source": "n/a (CPU)"}
+
+
+def test_device_memory_prefers_nvml_for_this_process(monkeypatch):
+    import types
+
+    import suite_loops
+
+    mine = {"bytes": 1 << 30}
+    nvml = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: "h0",
+        nvmlDeviceGetHandleByUUID=lambda u: "h-uuid",
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [
+            types.SimpleNamespace(pid=os.getpid() + 1, usedGpuMemory=50 << 30),  # another process: not ours
+            types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=mine["bytes"])],
+    )
+    cuda = types.SimpleNamespace(
+        init=lambda: None,
+        get_device_properties=lambda i: types.SimpleNamespace(total_memory=80 << 30, uuid=""),
+        mem_get_info=lambda: (1, 80 << 30),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    mem = suite_loops.DeviceMemory(types.SimpleNamespace(cuda=cuda), "cuda")
+    assert mem.source.startswith("NVML") and mem.baseline == 1 << 30
+    mine["bytes"] = 4 << 30
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=os.getpid(),
+                                                                                 usedGpuMemory=4 << 30)]
+    mem.sample()
+    assert mem.figures()["peak_over_baseline_bytes"] == 3 << 30
