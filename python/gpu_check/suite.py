@@ -82,7 +82,7 @@ def parse(argv=None):
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--tiny", action="store_true", help="small sizes (the CPU form in CI)")
     ap.add_argument("--steps", type=int, help="steps per loop (default 30, --tiny 12)")
-    ap.add_argument("--capacity-tries", type=int, default=4, help="bisection runs per allocator (default 4)")
+    ap.add_argument("--capacity-tries", type=int, default=3, help="bisection runs per allocator (default 3: the answer to 1/8 of the range)")
     ap.add_argument("--launcher-args", default="", help="extra flags for python -m tensor_arena.run")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                     help="the planned run writes its trace and cost_estimate.py prices it (default: on the CPU)")

@@ -15,7 +15,9 @@ What is asserted (issue 40, item 5):
   and the next allocation works; the snapshot holds a live tensor) and the
   CUDA-only ones say n/a; the capacity says n/a;
 - ``--device cuda`` without CUDA exits 2 with a message, before running anything;
-- the capacity bisection and the loss comparison, as functions.
+- the capacity bisection and the loss comparison, as functions;
+- the GPU side of the report (device columns, the capacity search, the targets) on fabricated runs,
+  and the loops' device-memory reading on a stand-in ``torch.cuda`` and ``pynvml``.
 
 Timing: the suite starts 18 loop processes, 6 trace replays and the contract
 (torch and transformers imported in each); ``--jobs 2`` runs a loop's three
@@ -167,18 +169,18 @@ def test_device_report_from_fabricated_runs(tmp_path, monkeypatch):
     cap = record["capacity"]
     # The bracket comes from the runs: 0.95 x the live peak .. 1.1 x the largest device peak.
     assert cap["lo"] == pytest.approx(0.95 * 5 / 80) and cap["hi"] == pytest.approx(1.1 * 8 / 80)
-    width = (cap["hi"] - cap["lo"]) / 2**4
+    width = (cap["hi"] - cap["lo"]) / 2**3
     for a in suite.ALLOCATORS:
         c = cap["allocators"][a]
-        assert len(c["log"]) == 4 and c["needs_tested"]
+        assert len(c["log"]) == 3 and c["needs_tested"]
         assert c["failed"] < need[a] <= c["passed"] <= need[a] + width
-    assert cap["planned_over_caching"] == pytest.approx(0.7, abs=0.05)
-    assert sum(1 for loop, _, f in tries if f is not None) == 12
+    assert cap["planned_over_caching"] == pytest.approx(0.7, abs=0.1)
+    assert sum(1 for loop, _, f in tries if f is not None) == 9
     md = (tmp_path / "o" / "suite.md").read_text()
     assert "| article | ok / ok / ok | identical | 8,192 / 7,168 / 6,144 |" in md
     assert "| geomean planned / caching device memory <= 0.85 | met: 0.750 |" in md
     assert "| planned device memory <= caching and <= expandable, every loop | met |" in md
-    assert "| capacity: planned fraction <= 0.75x caching's | met: 0.7" in md
+    assert f"| capacity: planned fraction <= 0.75x caching's | met: {cap['planned_over_caching']:.3f} |" in md
     assert "| median step time <= 1.02x caching, every loop | met |" in md
     assert "| planned | " in md and "trained" in md and "OOM" in md
 
