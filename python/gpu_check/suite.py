@@ -495,9 +495,9 @@ class Suite:
         results = {a: None for a in ALLOCATORS}
         todo = []
         for allocator in ALLOCATORS:
-            # In parallel (--jobs, CPU only) the runs of a loop start together: each must fit.
-            ahead = 0 if self.args.jobs > 1 else self.estimates[name] * len(todo)
-            if not self.fits(f"{name} / {allocator}", self.estimates[name] + ahead):
+            # One at a time, each run is checked just before it starts; in parallel (--jobs, CPU only)
+            # they start together, each with the whole time left.
+            if not self.fits(f"{name} / {allocator}", self.estimates[name]):
                 row["runs"][allocator] = {"skipped": "budget"}
                 continue
             todo.append(allocator)
@@ -577,7 +577,6 @@ class Suite:
         largest device peak every allocator should. Without them, 2% .. 30% of the device."""
         row = self.record["loops"].get("article")
         figs = [((row or {}).get("runs", {}).get(a) or {}).get("figures") or {} for a in ALLOCATORS]
-        total = next((f.get("total_bytes") for f in figs if f.get("total_bytes")), None)
         lives = [f.get("max_memory_allocated") for f in figs if f.get("max_memory_allocated")]
         tops = [max(f.get("device_bytes") or 0, f.get("max_memory_reserved") or 0) for f in figs]
         return lives, tops
