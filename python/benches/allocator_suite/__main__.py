@@ -28,7 +28,10 @@ The stats keys are read defensively: a key the library does not write is
 ``n/a``. ``windows`` in the JSON says whether the stats carry the whole-run
 figures (``expandable_model`` present) or, before them, the figures of the
 current plan's steady steps (``peak_reserved_bytes``) and of the recorded
-steps (``caching_model``).
+steps (``caching_model``). The planning wait: ``planning_wait_seconds_max``
+(the most of any rank's stats) and ``planning_wait_over_median_step`` (against
+the planned run's median step) per loop, the table's last column and the
+worst ratio in its closing line (the target: at most 0.1).
 """
 
 import argparse
