@@ -103,10 +103,10 @@ pub struct Config {
     /// Plans of steps that made at least this many requests in all are
     /// made on a thread of their own while the next step runs, and swapped
     /// in at the end of that step (waiting for the planner there only if it
-    /// has not finished), so that planning never stalls a step. The
-    /// default, 0, makes every plan there; a larger value makes smaller
-    /// plans at the step boundary itself (the step that ended merged in
-    /// as it ended, the boundary merging one step at most and placing).
+    /// has not finished), so that planning never stalls a step. Smaller
+    /// plans are made at the step boundary itself (the step that ended
+    /// merged in as it ended, the boundary merging one step at most and
+    /// placing). The default is 1,024; 0 makes every plan on the thread.
     pub background_plan_requests: u32,
     /// Before the first plan, give requests outside steps and in warm-up
     /// steps a backing region each (one device call per request, before

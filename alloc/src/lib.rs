@@ -6,9 +6,11 @@
 //! and when it was freed), merges them into one sequence of sites by a
 //! banded alignment ([`align`]; a step the plan served is folded in by the
 //! sites serving gave its requests, see `merge`), plans one slab for that
-//! sequence with tensor-arena's planner on a thread of its own while the
-//! next step runs (the step taken as a circle, cut where the fewest bytes
-//! cross it), and serves every later request
+//! sequence with tensor-arena's planner (the step taken as a circle, cut
+//! where the fewest bytes cross it) — on a thread of its own while the next
+//! step runs when the steps it plans from made `background_plan_requests`
+//! requests or more (1,024 by default), at the step boundary itself when
+//! fewer —, and serves every later request
 //! whose site a cursor finds at its planned offset, when no live block
 //! holds any of the site's bytes (checked on every request, so a program
 //! that strays from its recording never gets memory that overlaps a live
@@ -19,8 +21,13 @@
 //! Every region comes from one reserved address range whose pages are
 //! mapped as they are needed ([`space`]: CUDA's driver VMM, Ascend's
 //! `aclrtMapMem`, host pages under a `PROT_NONE` reservation), so a region
-//! costs no device call, the slab grows in place, idle pages are unmapped
-//! only when a plan changes, and a steady step makes no device call at all.
+//! costs no device call, the slab grows in place and idle pages are
+//! unmapped only when a plan changes. A steady step makes a device call
+//! only when a block the plan does not serve needs pages the range has not
+//! mapped yet (it maps them); `backing_calls_max_steady_step` counts the
+//! most in one steady step (0 on 8 of the allocator suite's 18 loops, 1 to
+//! 7 on the others, by `replay_loops` on 2026-12-06: BENCHMARKS.md,
+//! "Planned allocator: the 18 suite loops replayed").
 //! The figures are whole-run: peak reserved against the live lower bound
 //! and against caching-allocator models fed the same requests, and the
 //! device calls by kind with their estimated cost ([`cost`]). See

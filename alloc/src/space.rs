@@ -3,9 +3,9 @@
 //! segments. A region becomes a sub-range of it (no device call), physical
 //! pages are mapped only where a region needs them and the range's mapped
 //! pages do not cover it yet, and free pages are unmapped only when the
-//! policy asks ([`Space::trimmable`]), so that a steady step makes no
-//! device call at all while the memory held stays the pages live blocks
-//! use. The slab sits at the low end and grows upwards in place; every
+//! policy asks ([`Space::trimmable`]), so that a steady step makes a
+//! device call only when a region needs pages not mapped yet, while the
+//! memory held stays the pages live blocks use. The slab sits at the low end and grows upwards in place; every
 //! other region is taken from the high end, so nothing that outlives a step
 //! sits where the slab would grow.
 //!

@@ -124,6 +124,13 @@ fn the_npu_backing_serves_the_trace_on_the_simulated_acl_runtime() {
     let s = stats();
     assert!(s["backing"].as_str().unwrap().starts_with("ascend"), "{s}");
     check_served(&s);
+    // The policy over the NPU backing's mapped ranges (the default): one
+    // reserved address range (`aclrtReserveMemAddress`), pages mapped
+    // (`aclrtMapMem`), no region of its own (`aclrtMalloc`).
+    let calls = &s["backing_calls"];
+    assert!(calls["reserve_address"].as_u64().unwrap() >= 1, "{s}");
+    assert!(calls["map"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(calls["reserve"], 0, "{s}");
     assert_eq!(tensor_arena_reset(), 0);
 }
 

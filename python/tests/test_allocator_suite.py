@@ -4,6 +4,7 @@ A few steps only (the suite itself is a benchmark: python/benches/allocator_suit
 """
 
 import gzip
+import importlib.util
 import json
 import os
 import pathlib
@@ -35,6 +36,11 @@ def test_runner_compares_both_runs_and_keeps_the_trace(tmp_path):
     # The replay made the run's own decisions: it ends with the run's per-plan peak.
     assert row["replay_matches_stats"] is True
     assert row["replayed"]["peak_reserved_bytes"] >= row["replayed"]["stats_peak_reserved_bytes"]
+    # The planning wait: the stats' longest wait, against the planned run's median step.
+    wait = row["planning_wait_seconds_max"]
+    assert wait == row["stats"][0]["planning_wait_seconds_max"]
+    assert row["planning_wait_over_median_step"] == wait / row["planned_median_step_s"]
+    assert record["geomean"]["planning_wait_over_median_step_max"] == row["planning_wait_over_median_step"]
     head, rule, line = (out / "suite.md").read_text().splitlines()[:3]
     assert line.startswith("| masked_shapes | identical |")
     assert head.count("|") == rule.count("|") == line.count("|"), "a column without its header"
@@ -42,3 +48,35 @@ def test_runner_compares_both_runs_and_keeps_the_trace(tmp_path):
     assert lines[0] == "event,addr,size,stream"
     assert lines[-1].startswith("step_end")
     assert sum(1 for line in lines if line.startswith("step_end")) == 8
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location("allocator_suite_main", SUITE / "__main__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_table_carries_the_planning_wait_against_the_median_step():
+    """The table's last column and the closing line, from the rows' JSON (no run needed)."""
+    suite = _runner()
+    row = {"loop": "toy", "identical": True, "comparison": "bit-identical", "ranks": 2,
+           "whole_run_planned_over_caching": 0.9, "whole_run_planned_over_expandable": 0.9,
+           "planned_peak_reserved_bytes": 1 << 20, "caching_peak_reserved_bytes": 2 << 20,
+           "expandable_peak_reserved_bytes": 2 << 20, "planned_fragmentation": 0.1,
+           "caching_fragmentation": 0.2, "expandable_fragmentation": 0.2, "served_share": 1.0,
+           "replans": 0, "fallback_allocations_max_step": 0, "fallback_allocations_last_step": 0,
+           "step_time_ratio": 1.0, "planned_over_caching": 0.5, "planned_over_expandable": 0.5,
+           "planned_median_step_s": 0.020, "planning_wait_seconds_max": 0.0025,
+           "planning_wait_over_median_step": 0.125, "windows": "whole run"}
+    late = dict(row, loop="late", planning_wait_seconds_max=None, planning_wait_over_median_step=None)
+    md, means = suite.table([row, dict(row, loop="quick", planning_wait_seconds_max=0.0005,
+                                       planning_wait_over_median_step=0.025), late])
+    head, rule, toy, quick, absent = md.splitlines()[:5]
+    assert head.count("|") == rule.count("|") == toy.count("|") == absent.count("|")
+    assert head.rstrip(" |").endswith("longest planning wait ms / median step ms (wait / step)")
+    assert toy.endswith("| 2.50 / 20.0 (0.125) |"), toy
+    assert quick.endswith("| 0.50 / 20.0 (0.025) |"), quick
+    assert absent.endswith("| n/a / 20.0 (n/a) |"), absent
+    assert means["planning_wait_over_median_step_max"] == 0.125
+    assert "at most 0.125, within 10% on 1 of 2 loops" in md

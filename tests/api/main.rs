@@ -48,4 +48,5 @@ mod record;
 mod record_properties;
 mod record_specs;
 mod scope;
+mod solve_large;
 mod u8_masks;

@@ -21,8 +21,10 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N")]
     capacity: Option<usize>,
     /// greedy (by size), best (of every greedy order), search (branch and
-    /// bound) or auto (best, re-ordered best fit while above the lower
-    /// bound, then search if the capacity is missed).
+    /// bound) or auto (best, or one sweep above 2,048 buffers; re-ordered
+    /// best fit while above the lower bound, each round quadratic within a
+    /// time-independent piece and skipped above 2^34 pairs for more sweeps
+    /// and a windowed repair; then search if the capacity is missed).
     #[arg(long, default_value = "auto", value_parser = parse_strategy)]
     strategy: StrategyKind,
     /// Time limit of the search, in seconds (the search returns the best

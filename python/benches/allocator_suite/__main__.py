@@ -28,7 +28,10 @@ The stats keys are read defensively: a key the library does not write is
 ``n/a``. ``windows`` in the JSON says whether the stats carry the whole-run
 figures (``expandable_model`` present) or, before them, the figures of the
 current plan's steady steps (``peak_reserved_bytes``) and of the recorded
-steps (``caching_model``).
+steps (``caching_model``). The planning wait: ``planning_wait_seconds_max``
+(the most of any rank's stats) and ``planning_wait_over_median_step`` (against
+the planned run's median step) per loop, the table's last column and the
+worst ratio in its closing line (the target: at most 0.1).
 """
 
 import argparse
@@ -340,6 +343,12 @@ def run_loop(name, args, out, env):
     # Device calls that take or give memory (events aside), whole run; the caching model's
     # device allocations over the same run.
     calls = s.get("backing_calls") or {}
+    # The planning wait: the longest any rank's training thread waited for a plan (the join at a
+    # swap, or a plan made at the step boundary), against the planned run's median step.
+    waits = [(st or {}).get("planning_wait_seconds_max") for st in row["stats"]]
+    waits = [w for w in waits if isinstance(w, (int, float))]
+    row["planning_wait_seconds_max"] = max(waits) if waits else None
+    row["planning_wait_over_median_step"] = ratio(row["planning_wait_seconds_max"], row["planned_median_step_s"])
     row["device_calls"] = sum(calls.get(k, 0) for k in (
         "reserve", "release", "reserve_address", "release_address", "map", "unmap")) if calls else None
     row["caching_device_allocations"] = get(s, "caching_model", "device_allocations")
@@ -412,6 +421,10 @@ def pct(x, floor=False):
     return f"{math.floor(x * 10000) / 100:.2f}%" if floor else f"{x * 100:.1f}%"
 
 
+def ms(seconds, fmt="{:.2f}"):
+    return fmt.format(seconds * 1000) if isinstance(seconds, (int, float)) else "n/a"
+
+
 def num(x, fmt="{:.2f}"):
     return fmt.format(x) if isinstance(x, (int, float)) else "n/a"
 
@@ -436,7 +449,8 @@ def table(rows):
             "expandable | served | re-plans | fallback allocations max / last step "
             "| served steps with fallback allocations | step time planned / torch "
             "| live lower bound MiB | planned / lower bound | caching / lower bound "
-            "| device calls (steady max) / caching model allocations |")
+            "| device calls (steady max) / caching model allocations "
+            "| longest planning wait ms / median step ms (wait / step) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         tc, te, rp = (r.get(k) or {} for k in ("trace_caching_model", "trace_expandable_model", "replayed"))
@@ -458,22 +472,29 @@ def table(rows):
             f"| {mib(r.get('lower_bound_bytes'))} | {num(r.get('lower_bound_ratio'), '{:.3f}')} "
             f"| {num(ratio(tc.get('peak_reserved_bytes'), r.get('lower_bound_bytes')), '{:.3f}')} "
             f"| {num(r.get('device_calls'), '{}')} ({num(r.get('backing_calls_max_steady_step'), '{}')}) / "
-            f"{num(r.get('caching_device_allocations'), '{}')} |"
+            f"{num(r.get('caching_device_allocations'), '{}')} "
+            f"| {ms(r.get('planning_wait_seconds_max'))} / {ms(r.get('planned_median_step_s'), '{:.1f}')} "
+            f"({num(r.get('planning_wait_over_median_step'), '{:.3f}')}) |"
         )
     g = geomean(r["whole_run_planned_over_caching"] for r in rows)
     ge = geomean(r["whole_run_planned_over_expandable"] for r in rows)
     gs = geomean(r["planned_over_caching"] for r in rows)
     gse = geomean(r["planned_over_expandable"] for r in rows)
     glb = geomean(r.get("lower_bound_ratio") for r in rows)
+    waits = [r.get("planning_wait_over_median_step") for r in rows]
+    waits = [w for w in waits if isinstance(w, (int, float))]
+    worst = max(waits) if waits else None
     windows = sorted({r.get("windows") for r in rows})
     lines.append("")
     lines.append(f"Geometric mean, whole run (trace replay): planned / caching {num(g, '{:.3f}')}, "
                  f"planned / expandable {num(ge, '{:.3f}')}; from the stats ({', '.join(windows)}): "
                  f"planned / caching {num(gs, '{:.3f}')}, planned / expandable {num(gse, '{:.3f}')}; "
-                 f"planned / live lower bound {num(glb, '{:.3f}')}.")
+                 f"planned / live lower bound {num(glb, '{:.3f}')}; longest planning wait / median step: "
+                 f"at most {num(worst, '{:.3f}')}, within 10% on {sum(w <= 0.1 for w in waits)} of {len(waits)} "
+                 f"loops.")
     return "\n".join(lines), {"whole_run_planned_over_caching": g, "whole_run_planned_over_expandable": ge,
                               "stats_planned_over_caching": gs, "stats_planned_over_expandable": gse,
-                              "planned_over_lower_bound": glb}
+                              "planned_over_lower_bound": glb, "planning_wait_over_median_step_max": worst}
 
 
 def versions():

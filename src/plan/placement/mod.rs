@@ -29,7 +29,9 @@
 //!   instead (`window.rs`): ten copies of Y_1 (621,850 buffers) one after
 //!   the other from the sweep's 1.0215x to the lower bound in about 2 s,
 //!   overlapping by half a span 1.0345x to 1.0069x, a random interval
-//!   graph of 10^6 buffers 1.110x to 1.012x in about 8 s.
+//!   graph of 10^6 buffers 1.110x to 1.012x in about 8 s (`cargo run
+//!   --release --example plan_scale`, 2026-12-05, a shared 2-core machine;
+//!   BENCHMARKS.md).
 //!
 //! ```
 //! use std::time::Duration;
