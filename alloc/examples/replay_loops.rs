@@ -12,6 +12,8 @@
 
 #[path = "../tests/support/loops.rs"]
 mod loops;
+#[path = "../tests/support/step_peaks.rs"]
+mod step_peaks;
 
 use tensor_arena_alloc::Config;
 use tensor_arena_alloc::replay::{self, ReplayConfig};
@@ -27,9 +29,10 @@ fn main() {
     };
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     println!(
-        "| loop | steps | planned MiB | lower bound MiB | planned/LB | caching/LB | planned/caching | planned/expandable | served | re-plans | device calls | steady max | caching model allocations | slab/plan LB | planning wait ms | aligned / merged requests |"
+        "| loop | steps | planned MiB | lower bound MiB | planned/LB | caching/LB | planned/caching | planned/expandable | served | re-plans | device calls | steady max | caching model allocations | slab/plan LB | planning wait ms | aligned / merged requests | new-peak step reserved/live (step) | take-over / later steps (step) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let verbose = std::env::var("TA_STEPS").is_ok();
     let mut logs = (0.0f64, 0.0f64, 0usize);
     let mut lb_logs = (0.0f64, 0.0f64);
     let only = std::env::var("TA_LOOP").ok();
@@ -49,6 +52,23 @@ fn main() {
             }
         };
         let s = &p.stats;
+        let steps = step_peaks::step_peaks(&events, &policy);
+        let t = step_peaks::targets(&steps);
+        if verbose {
+            for (i, st) in steps.iter().enumerate() {
+                eprintln!(
+                    "{name} step {:3} live {:8.2} MiB reserved {:8.2} MiB ratio {:.3} at peak: slab {:.2} slab live {:.2} exact {:.2}{}",
+                    i + 1,
+                    mib(st.live),
+                    mib(st.reserved),
+                    st.reserved as f64 / st.live.max(1) as f64,
+                    mib(st.at_peak.0),
+                    mib(st.at_peak.1),
+                    mib(st.at_peak.2),
+                    if st.serving { "" } else { " (not serving)" }
+                );
+            }
+        }
         let (c, e) = (
             s.caching_model.peak_reserved_bytes,
             s.expandable_model.peak_reserved_bytes,
@@ -62,7 +82,7 @@ fn main() {
         let (pl, cl) = (p.peak_reserved_bytes as f64 / lb, c as f64 / lb);
         lb_logs = (lb_logs.0 + pl.ln(), lb_logs.1 + cl.ln());
         println!(
-            "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {} / {} |",
+            "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {} / {} | {:.3} ({}) | {:.3} ({}) |",
             p.steps,
             mib(p.peak_reserved_bytes),
             mib(p.live_lower_bound_bytes),
@@ -78,6 +98,10 @@ fn main() {
             1000.0 * s.planning_wait_seconds_max,
             s.plan_requests_aligned,
             s.plan_requests_merged,
+            t.new_peak.0,
+            t.new_peak.1,
+            t.take_over.0,
+            t.take_over.1,
         );
     }
     if logs.2 > 0 {
