@@ -6,6 +6,13 @@
 //! most fallback allocations in one serving step. A policy change is
 //! judged with it in seconds, without torch.
 //!
+//! Two columns read the step-by-step figures (tests/support/step_peaks.rs):
+//! the worst reserved / live peak of a step that set a new largest live
+//! peak, and the take-over step over the steps after it (issue 38).
+//! `TA_LOOP=NAME` replays one loop; `TA_STEPS=1` also prints, on standard
+//! error, every step's live and reserved peak, the misses by kind and the
+//! allocations the plan did not serve, per step.
+//!
 //! ```sh
 //! cargo run --release -p tensor-arena-alloc --example replay_loops [POLICY_JSON]
 //! ```
@@ -55,6 +62,23 @@ fn main() {
         let steps = step_peaks::step_peaks(&events, &policy);
         let t = step_peaks::targets(&steps);
         if verbose {
+            eprintln!("{name}: misses {:?}", p.misses);
+            // Allocations the plan did not serve, per step.
+            let mut per_step = vec![0u32; p.steps as usize + 1];
+            let mut step = 0usize;
+            let mut next = p.fallback_events.iter().peekable();
+            for (i, e) in events.iter().enumerate() {
+                if matches!(e, tensor_arena_alloc::trace::TraceEvent::StepBegin) {
+                    step += 1;
+                }
+                if next.peek() == Some(&&i) {
+                    next.next();
+                    if let Some(c) = per_step.get_mut(step) {
+                        *c += 1;
+                    }
+                }
+            }
+            eprintln!("{name}: not from the plan, per step {:?}", &per_step[1..]);
             for (i, st) in steps.iter().enumerate() {
                 eprintln!(
                     "{name} step {:3} live {:8.2} MiB reserved {:8.2} MiB ratio {:.3} at peak: slab {:.2} slab live {:.2} exact {:.2}{}",
