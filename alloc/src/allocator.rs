@@ -1308,7 +1308,7 @@ impl PlannedAllocator {
                         self.finish_install(steps);
                         return;
                     }
-                    Err(back) => back,
+                    Err(back) => *back,
                 };
                 // Else: an idle slab goes and a whole new region
                 // is reserved once the blocks carried into the next step

@@ -33,11 +33,11 @@ impl PlannedAllocator {
         plan: site_plan::SitePlan,
         old: PlannedSlab,
         bytes: usize,
-    ) -> std::result::Result<PlannedSlab, (site_plan::SitePlan, PlannedSlab)> {
+    ) -> std::result::Result<PlannedSlab, Box<(site_plan::SitePlan, PlannedSlab)>> {
         let tight =
             plan.slab_bytes.saturating_mul(TIGHT.1) <= plan.lower_bound.saturating_mul(TIGHT.0);
         if !tight || !old.is_one_region() {
-            return Err((plan, old));
+            return Err(Box::new((plan, old)));
         }
         let (base, had) = (old.base, old.region_bytes);
         match self.backing.grow_in_place(base, bytes) {
@@ -47,14 +47,14 @@ impl PlannedAllocator {
                 }
                 Ok(PlannedSlab::grown_in_place(plan, old, bytes))
             }
-            Ok(false) => Err((plan, old)),
+            Ok(false) => Err(Box::new((plan, old))),
             Err(e) => {
                 self.error(Kind::Replan, || {
                     format!(
                         "the slab's {had}-byte region could not grow to {bytes} bytes in place: {e}; a region past it is tried"
                     )
                 });
-                Err((plan, old))
+                Err(Box::new((plan, old)))
             }
         }
     }
