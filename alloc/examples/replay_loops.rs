@@ -17,6 +17,8 @@
 //! cargo run --release -p tensor-arena-alloc --example replay_loops [POLICY_JSON]
 //! ```
 
+#[path = "../tests/support/growing.rs"]
+mod growing;
 #[path = "../tests/support/loops.rs"]
 mod loops;
 #[path = "../tests/support/step_peaks.rs"]
@@ -127,6 +129,38 @@ fn main() {
             t.take_over.0,
             t.take_over.1,
         );
+    }
+    // Synthetic loops whose shapes grow every step (not in the means).
+    if only.is_none() {
+        println!(
+            "\n| synthetic growing loop (60 steps) | planned/LB | caching/LB | served | re-plans | device calls | new-peak step reserved/live (step) |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for growth in [1.01, 1.03, 1.10] {
+            let events = growing::growing_loop(60, growth);
+            let config = ReplayConfig {
+                policy: policy.clone(),
+                capacity: None,
+            };
+            let Ok(p) = replay::replay(&events, &config) else {
+                continue;
+            };
+            let lb = p.live_lower_bound_bytes.max(1) as f64;
+            let t = step_peaks::targets(&step_peaks::step_peaks(&events, &policy));
+            println!(
+                "| x{growth:.2} a step | {:.3} | {:.3} | {} | {} | {} | {:.3} ({}) |",
+                p.peak_reserved_bytes as f64 / lb,
+                p.stats.caching_model.peak_reserved_bytes as f64 / lb,
+                p.served_share.map_or_else(
+                    || "none served".to_owned(),
+                    |x| format!("{:.2}%", 100.0 * x)
+                ),
+                p.replans,
+                p.backing_calls.memory(),
+                t.new_peak.0,
+                t.new_peak.1,
+            );
+        }
     }
     if logs.2 > 0 {
         let n = logs.2 as f64;

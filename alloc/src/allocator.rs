@@ -30,7 +30,8 @@ use streams::Freeing;
 // reading at each request.
 mod phases;
 // A step that outgrows the plan: the re-plan's slab grown in place over
-// the bytes right after it (issue 38).
+// the bytes right after it, a growing run planned from its latest step
+// (issue 38).
 mod growth;
 
 /// How long one placement may search (it stops earlier at the lower
@@ -1514,6 +1515,9 @@ impl PlanJob {
             PLACEMENT_TIME_LIMIT,
             self.region,
         );
+        // A growing run: the latest step's own plan when the merged one is
+        // much taller (allocator/growth.rs).
+        plan = growth::latest_alone(plan, &refs, &self);
         plan.merged_requests = refs.iter().map(|r| r.requests.len() as u64).sum();
         plan.aligned_requests = aligned;
         (plan, steps)

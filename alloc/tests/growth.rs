@@ -124,3 +124,21 @@ fn a_larger_replan_grows_the_slab_in_place_over_the_bytes_after_it() {
     assert!(sh.0.is_empty());
     assert_eq!(a.reset(), 0, "nothing leaked");
 }
+
+#[test]
+fn a_growing_run_is_planned_from_its_latest_step_not_from_a_merge_of_all() {
+    // Activations 3% larger every step: the steps merged into one plan
+    // (every size new to every site) would hold several steps' blocks at
+    // once; the plan of the latest step alone holds one.
+    let events = support::growing::growing_loop(50, 1.03);
+    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
+    let plan = p.plan.expect("a plan serves");
+    assert!(p.replans >= 1);
+    assert!(
+        plan.slab_bytes * 4 <= plan.lower_bound * 5,
+        "slab {} for a lower bound of {}",
+        plan.slab_bytes,
+        plan.lower_bound
+    );
+    assert_eq!(p.stats.errors.double_free + p.stats.errors.unknown_free, 0);
+}
