@@ -29,6 +29,10 @@ use streams::Freeing;
 // Request phases (training, eval passes): the caller's mark and the
 // reading at each request.
 mod phases;
+// A step that outgrows the plan: the re-plan's slab grown in place over
+// the bytes right after it, a growing run planned from its latest step
+// (issue 38).
+mod growth;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -1297,7 +1301,17 @@ impl PlannedAllocator {
             // they are freed. Nothing is reserved.
             Some(old) if old.region_bytes >= bytes => PlannedSlab::take_over(plan, old),
             Some(old) => {
-                // A larger plan. An idle slab goes and a whole new region
+                // A larger plan: the region grows in place when the bytes
+                // after it are free (allocator/growth.rs).
+                let (plan, old) = match self.grow_in_place(plan, old, bytes) {
+                    Ok(slab) => {
+                        self.slab = Some(slab);
+                        self.finish_install(steps);
+                        return;
+                    }
+                    Err(back) => *back,
+                };
+                // Else: an idle slab goes and a whole new region
                 // is reserved once the blocks carried into the next step
                 // are gone (below); a slab still holding blocks keeps its
                 // regions and gets one more for the offsets past them, so
@@ -1501,6 +1515,9 @@ impl PlanJob {
             PLACEMENT_TIME_LIMIT,
             self.region,
         );
+        // A growing run: the latest step's own plan when the merged one is
+        // much taller (allocator/growth.rs).
+        plan = growth::latest_alone(plan, &refs, &self);
         plan.merged_requests = refs.iter().map(|r| r.requests.len() as u64).sum();
         plan.aligned_requests = aligned;
         (plan, steps)

@@ -1,6 +1,8 @@
 //! Shared helpers of the allocator's integration tests.
 #![allow(dead_code)]
 
+/// A synthetic loop whose shapes grow every step.
+pub mod growing;
 /// The recorded loops of the allocator suite.
 pub mod loops;
 use tensor_arena_alloc::{Config, PlannedAllocator};
