@@ -6,6 +6,13 @@
 //! most fallback allocations in one serving step. A policy change is
 //! judged with it in seconds, without torch.
 //!
+//! Two columns read the step-by-step figures (tests/support/step_peaks.rs):
+//! the worst reserved / live peak of a step that set a new largest live
+//! peak, and the take-over step over the steps after it (issue 38).
+//! `TA_LOOP=NAME` replays one loop; `TA_STEPS=1` also prints, on standard
+//! error, every step's live and reserved peak, the misses by kind and the
+//! allocations the plan did not serve, per step.
+//!
 //! ```sh
 //! cargo run --release -p tensor-arena-alloc --example replay_loops [POLICY_JSON]
 //! # the traces of generated loops instead of the suite's, with their distribution:
@@ -14,6 +21,8 @@
 
 #[path = "../tests/support/loops.rs"]
 mod loops;
+#[path = "../tests/support/step_peaks.rs"]
+mod step_peaks;
 
 use tensor_arena_alloc::Config;
 use tensor_arena_alloc::replay::{self, ReplayConfig};
@@ -29,9 +38,10 @@ fn main() {
     };
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     println!(
-        "| loop | steps | planned MiB | lower bound MiB | planned/LB | caching/LB | planned/caching | planned/expandable | served | re-plans | device calls | steady max | caching model allocations | slab/plan LB | planning wait ms | aligned / merged requests |"
+        "| loop | steps | planned MiB | lower bound MiB | planned/LB | caching/LB | planned/caching | planned/expandable | served | re-plans | device calls | steady max | caching model allocations | slab/plan LB | planning wait ms | aligned / merged requests | new-peak step reserved/live (step) | take-over / later steps (step) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let verbose = std::env::var("TA_STEPS").is_ok();
     let mut logs = (0.0f64, 0.0f64, 0usize);
     let mut lb_logs = (0.0f64, 0.0f64);
     let only = std::env::var("TA_LOOP").ok();
@@ -52,6 +62,40 @@ fn main() {
             }
         };
         let s = &p.stats;
+        let steps = step_peaks::step_peaks(&events, &policy);
+        let t = step_peaks::targets(&steps);
+        if verbose {
+            eprintln!("{name}: misses {:?}", p.misses);
+            // Allocations the plan did not serve, per step.
+            let mut per_step = vec![0u32; p.steps as usize + 1];
+            let mut step = 0usize;
+            let mut next = p.fallback_events.iter().peekable();
+            for (i, e) in events.iter().enumerate() {
+                if matches!(e, tensor_arena_alloc::trace::TraceEvent::StepBegin) {
+                    step += 1;
+                }
+                if next.peek() == Some(&&i) {
+                    next.next();
+                    if let Some(c) = per_step.get_mut(step) {
+                        *c += 1;
+                    }
+                }
+            }
+            eprintln!("{name}: not from the plan, per step {:?}", &per_step[1..]);
+            for (i, st) in steps.iter().enumerate() {
+                eprintln!(
+                    "{name} step {:3} live {:8.2} MiB reserved {:8.2} MiB ratio {:.3} at peak: slab {:.2} slab live {:.2} exact {:.2}{}",
+                    i + 1,
+                    mib(st.live),
+                    mib(st.reserved),
+                    st.reserved as f64 / st.live.max(1) as f64,
+                    mib(st.at_peak.0),
+                    mib(st.at_peak.1),
+                    mib(st.at_peak.2),
+                    if st.serving { "" } else { " (not serving)" }
+                );
+            }
+        }
         let (c, e) = (
             s.caching_model.peak_reserved_bytes,
             s.expandable_model.peak_reserved_bytes,
@@ -66,7 +110,7 @@ fn main() {
         dist.push(pl, rc, re, p.served_share, p.replans);
         lb_logs = (lb_logs.0 + pl.ln(), lb_logs.1 + cl.ln());
         println!(
-            "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {} / {} |",
+            "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {} / {} | {:.3} ({}) | {:.3} ({}) |",
             p.steps,
             mib(p.peak_reserved_bytes),
             mib(p.live_lower_bound_bytes),
@@ -82,6 +126,10 @@ fn main() {
             1000.0 * s.planning_wait_seconds_max,
             s.plan_requests_aligned,
             s.plan_requests_merged,
+            t.new_peak.0,
+            t.new_peak.1,
+            t.take_over.0,
+            t.take_over.1,
         );
     }
     if logs.2 > 0 {

@@ -29,6 +29,9 @@ use streams::Freeing;
 // Request phases (training, eval passes): the caller's mark and the
 // reading at each request.
 mod phases;
+// A step that outgrows the plan: the re-plan's slab grown in place over
+// the bytes right after it (issue 38).
+mod growth;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -1308,7 +1311,17 @@ impl PlannedAllocator {
             // they are freed. Nothing is reserved.
             Some(old) if old.region_bytes >= bytes => PlannedSlab::take_over(plan, old),
             Some(old) => {
-                // A larger plan. An idle slab goes and a whole new region
+                // A larger plan: the region grows in place when the bytes
+                // after it are free (allocator/growth.rs).
+                let (plan, old) = match self.grow_in_place(plan, old, bytes) {
+                    Ok(slab) => {
+                        self.slab = Some(slab);
+                        self.finish_install(steps);
+                        return;
+                    }
+                    Err(back) => *back,
+                };
+                // Else: an idle slab goes and a whole new region
                 // is reserved once the blocks carried into the next step
                 // are gone (below); a slab still holding blocks keeps its
                 // regions and gets one more for the offsets past them, so

@@ -188,6 +188,20 @@ impl PlannedSlab {
         carried
     }
 
+    /// Whether the slab is one region (it can grow in place).
+    pub fn is_one_region(&self) -> bool {
+        self.pieces.len() == 1
+    }
+
+    /// Serves `plan` from `old`'s one region grown in place to
+    /// `region_bytes` (the bytes right after it, in the same mapped
+    /// range): `old`'s live blocks stay where they are until freed, as at a
+    /// take-over, and no slot straddles anything.
+    pub fn grown_in_place(plan: SitePlan, old: PlannedSlab, region_bytes: usize) -> PlannedSlab {
+        let carried = old.live_as_carried();
+        PlannedSlab::over(plan, vec![(0, old.base, region_bytes as u64)], carried)
+    }
+
     /// Serves `plan` from the region of `old`, whose live blocks stay where
     /// they are until freed.
     pub fn take_over(plan: SitePlan, old: PlannedSlab) -> PlannedSlab {

@@ -134,6 +134,41 @@ impl Space {
         Some(self.base + off)
     }
 
+    /// Whether the live region at `off` can grow in place to `len` bytes:
+    /// the bytes right after it are one free extent long enough.
+    pub fn can_grow(&self, off: usize, len: usize) -> bool {
+        let Some(&have) = self.used.get(&off) else {
+            return false;
+        };
+        let len = len.next_multiple_of(REGION_ALIGN);
+        len <= have
+            || self
+                .free
+                .get(&(off + have))
+                .is_some_and(|&f| f >= len - have)
+    }
+
+    /// The live region at `off` grows in place to `len` bytes (see
+    /// [`Space::can_grow`]); `false`, and nothing changed, when it cannot.
+    /// Its pages past the old end are not mapped by this call.
+    pub fn grow(&mut self, off: usize, len: usize) -> bool {
+        if !self.can_grow(off, len) {
+            return false;
+        }
+        let len = len.next_multiple_of(REGION_ALIGN);
+        let have = self.used[&off];
+        if len <= have {
+            return true;
+        }
+        let at = off + have;
+        let f = self.free.remove(&at).unwrap_or(0);
+        if f > len - have {
+            self.free.insert(off + len, f - (len - have));
+        }
+        self.used.insert(off, len);
+        true
+    }
+
     /// The page runs of `[off, off + len)` (widened to whole pages) that
     /// are not mapped: `(offset, length)` each.
     pub fn unmapped_runs(&self, off: usize, len: usize) -> Vec<(usize, usize)> {
@@ -359,6 +394,7 @@ mod tests {
     enum Op {
         Take(usize, bool),
         Give(usize),
+        Grow(usize, usize),
         Trim,
     }
 
@@ -366,6 +402,7 @@ mod tests {
         prop_oneof![
             (1usize..20_000, any::<bool>()).prop_map(|(l, low)| Op::Take(l, low)),
             (0usize..64).prop_map(Op::Give),
+            (0usize..64, 1usize..20_000).prop_map(|(k, l)| Op::Grow(k, l)),
             Just(Op::Trim),
         ]
     }
@@ -406,6 +443,26 @@ mod tests {
                         owner[off / REGION_ALIGN..(off + l) / REGION_ALIGN].fill(usize::MAX);
                     }
                     Op::Give(_) => {}
+                    Op::Grow(k, more) if !live.is_empty() => {
+                        let j = k % live.len();
+                        let (addr, l) = live[j];
+                        let off = addr - s.base();
+                        let want = l + more;
+                        let could = s.can_grow(off, want);
+                        prop_assert_eq!(s.grow(off, want), could);
+                        if could {
+                            let nl = want.next_multiple_of(REGION_ALIGN);
+                            for (ro, rl) in s.unmapped_runs(off, nl) {
+                                s.note_mapped(ro, rl);
+                            }
+                            for o in &mut owner[(off + l) / REGION_ALIGN..(off + nl) / REGION_ALIGN] {
+                                prop_assert_eq!(*o, usize::MAX, "grown over a live granule");
+                                *o = i;
+                            }
+                            live[j] = (addr, nl);
+                        }
+                    }
+                    Op::Grow(..) => {}
                     Op::Trim => {
                         for (ro, rl) in s.trimmable(None) {
                             for &o in &owner[ro / REGION_ALIGN..(ro + rl) / REGION_ALIGN] {

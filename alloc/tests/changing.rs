@@ -192,10 +192,13 @@ fn misses_go_to_the_slabs_gaps_before_device_memory() {
     for p in odd {
         a.free(p);
     }
+    // (Read before the step's end: the re-plan there, which takes the new
+    // requests in, may grow the slab's region in place.)
+    let mid = a.stats();
     a.step_end().unwrap();
     let s = a.stats();
     assert_eq!(s.served_in_slab_gaps - before.served_in_slab_gaps, 5);
-    assert_eq!(s.backing_reservations, before.backing_reservations);
+    assert_eq!(mid.backing_reservations, before.backing_reservations);
     assert_eq!(s.fallback_allocations_last_step, 0);
 }
 
@@ -221,7 +224,7 @@ fn whole_run_figures_cover_every_request_and_never_fall_below_now() {
 }
 
 #[test]
-fn a_plan_that_grows_keeps_its_region_and_adds_one_past_it() {
+fn a_plan_that_grows_grows_its_region_in_place() {
     use std::collections::BTreeMap;
     let mut a = cpu("");
     let mut live: BTreeMap<usize, usize> = BTreeMap::new();
@@ -238,6 +241,7 @@ fn a_plan_that_grows_keeps_its_region_and_adds_one_past_it() {
         p
     };
     let mut grown = false;
+    let mut base = None;
     for i in 0..14 {
         let act = if i < 6 { 1 << 14 } else { 1 << 16 };
         a.step_begin().unwrap();
@@ -261,10 +265,18 @@ fn a_plan_that_grows_keeps_its_region_and_adds_one_past_it() {
         }
         a.step_end().unwrap();
         let s = a.stats();
-        grown |= a.slab().is_some_and(|slab| slab.regions().count() == 2);
+        // The larger plan (issue 38) grows the old region in place while
+        // the old plan's gradients are still alive in it: one region, the
+        // same base, more bytes.
+        if let Some(slab) = a.slab() {
+            assert_eq!(slab.regions().count(), 1);
+            let (b, bytes) = *base.get_or_insert((slab.base, slab.region_bytes));
+            assert_eq!(slab.base, b, "the slab stays where it began");
+            grown |= slab.region_bytes > bytes;
+        }
         assert!(s.peak_reserved_bytes >= s.reserved_bytes);
     }
-    assert!(grown, "the larger plan took the old region and one more");
+    assert!(grown, "the larger plan grew the old region in place");
     let s = a.stats();
     assert!(s.replans >= 1);
     assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);

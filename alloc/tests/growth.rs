@@ -1,0 +1,126 @@
+//! A step that outgrows the plan (issue 38): the larger re-plan's slab is
+//! the old region grown in place over the bytes right after it, while
+//! blocks of the old plan (gradients carried to the next step) are still
+//! alive in it; nothing live is handed out twice, every carried block is
+//! freed once, and the grown bytes are the region's own (tags written into
+//! every block's first and last bytes survive until its free).
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use support::cpu;
+use tensor_arena_alloc::PlannedAllocator;
+
+/// Live blocks by address (`addr -> end`), each tagged in host memory.
+#[derive(Default)]
+struct Shadow(BTreeMap<usize, usize>);
+
+fn tag(addr: usize) -> u8 {
+    (addr / 512 % 251) as u8 + 1
+}
+
+impl Shadow {
+    fn alloc(&mut self, a: &mut PlannedAllocator, size: usize) -> usize {
+        let addr = a.alloc(size, 0, 0).expect("cpu memory");
+        let end = addr + size;
+        if let Some((&s, &e)) = self.0.range(..end).next_back() {
+            assert!(
+                e <= addr,
+                "[{addr:#x}, {end:#x}) overlaps live [{s:#x}, {e:#x})"
+            );
+        }
+        self.0.insert(addr, end);
+        // SAFETY: a live block of `size` >= 1 bytes of host memory the
+        // allocator just gave (the CPU backend); nothing else writes it.
+        unsafe {
+            std::ptr::write_volatile(addr as *mut u8, tag(addr));
+            std::ptr::write_volatile((end - 1) as *mut u8, tag(addr));
+        }
+        addr
+    }
+
+    fn free(&mut self, a: &mut PlannedAllocator, addr: usize) {
+        let end = self.0.remove(&addr).expect("freed once");
+        // SAFETY: the block is live until the free below: readable host
+        // memory of at least one byte.
+        let (first, last) = unsafe {
+            (
+                std::ptr::read_volatile(addr as *const u8),
+                std::ptr::read_volatile((end - 1) as *const u8),
+            )
+        };
+        assert_eq!(
+            (first, last),
+            (tag(addr), tag(addr)),
+            "{addr:#x} lost its bytes"
+        );
+        a.free(addr);
+    }
+}
+
+/// A step of `n` activations of `act` bytes (a temporary each), then the
+/// backward: gradients (fixed sizes) carried into the next step, freed at
+/// its start as `zero_grad(set_to_none=True)` does.
+fn step(a: &mut PlannedAllocator, sh: &mut Shadow, grads: &mut Vec<usize>, act: usize, n: usize) {
+    a.step_begin().expect("begin");
+    for g in grads.drain(..) {
+        sh.free(a, g);
+    }
+    let mut acts = Vec::new();
+    for _ in 0..n {
+        acts.push(sh.alloc(a, act));
+        let t = sh.alloc(a, act / 2 + 100);
+        sh.free(a, t);
+    }
+    for (i, x) in acts.into_iter().enumerate().rev() {
+        grads.push(sh.alloc(a, 4096 * (i + 1)));
+        sh.free(a, x);
+    }
+    a.step_end().expect("end");
+}
+
+#[test]
+fn a_larger_replan_grows_the_slab_in_place_over_the_bytes_after_it() {
+    let mut a = cpu(r#""mapped_range": true"#);
+    let (mut sh, mut grads) = (Shadow::default(), Vec::new());
+    for _ in 0..6 {
+        step(&mut a, &mut sh, &mut grads, 64 << 10, 8);
+    }
+    let slab = a.slab().expect("a plan serves");
+    let (base, region) = (slab.base, slab.region_bytes);
+    assert!(slab.is_one_region());
+    assert_eq!(a.stats().replans, 0);
+    // The step outgrows the plan (activations twice as large); its
+    // gradients, served from the old slab, are alive at the re-plan.
+    step(&mut a, &mut sh, &mut grads, 128 << 10, 8);
+    assert!(!grads.is_empty());
+    let slab = a.slab().expect("a plan serves");
+    assert_eq!(a.stats().replans, 1, "the outgrowing step re-planned");
+    assert_eq!(slab.base, base, "the new slab starts where the old one did");
+    assert!(slab.is_one_region(), "grown in place, not a second region");
+    assert!(slab.region_bytes > region);
+    assert_eq!(slab.region_bytes as u64, slab.plan.slab_bytes.max(512));
+    assert!(
+        slab.live_count() > 0,
+        "the old plan's gradients are carried"
+    );
+    // Later steps of the new size: served, the carried blocks freed once.
+    for _ in 0..4 {
+        step(&mut a, &mut sh, &mut grads, 128 << 10, 8);
+    }
+    for g in grads.drain(..) {
+        sh.free(&mut a, g);
+    }
+    let s = a.stats();
+    assert_eq!(
+        s.errors.double_free + s.errors.unknown_free,
+        0,
+        "{:?}",
+        s.errors
+    );
+    assert_eq!(s.replans, 1);
+    assert_eq!(a.slab().map(|s| s.base), Some(base));
+    assert!(sh.0.is_empty());
+    assert_eq!(a.reset(), 0, "nothing leaked");
+}
