@@ -84,6 +84,10 @@ struct Step {
     take_over: bool,
     /// Sets a new largest live peak (over every earlier step).
     new_live_max: bool,
+    /// Slot bytes of the slabs held, at the step's start, by blocks made
+    /// two or more steps before (kept past their planned lifetime: they
+    /// pin bytes the plan's sites need).
+    pinned_old: u64,
 }
 
 const CAUSES: [&str; 6] = [
@@ -134,8 +138,22 @@ fn run(events: &[TraceEvent], policy: &Config) -> (Vec<Step>, u64, u64) {
         match *e {
             TraceEvent::StepBegin => {
                 let _ = a.step_begin();
+                let n = a.step();
+                let pinned_old = a
+                    .slab()
+                    .into_iter()
+                    .chain(a.retiring().iter())
+                    .flat_map(|s| {
+                        s.live_blocks()
+                            .filter_map(|(addr, slot, _)| Some((s.live_block_at(addr)?, slot)))
+                            .collect::<Vec<_>>()
+                    })
+                    .filter(|(b, _)| b.origin.step > 0 && b.origin.step + 1 < n)
+                    .map(|(_, slot)| slot)
+                    .sum();
                 cur = Step {
-                    n: a.step(),
+                    n,
+                    pinned_old,
                     ..Step::default()
                 };
                 outside_this_step.clear();
@@ -283,12 +301,12 @@ fn main() {
         let (steps, lb, peak) = run(&events, &policy);
         if every_step {
             println!(
-                "\n{name}: step | phase | live peak MiB | reserved peak MiB | r/l | slab MiB | plan LB MiB | at peak: slab regions, live in slab, outside slab, misses live outside, idle MiB | misses size/order/unmatched/overlap/stream | re-plan | new live max | take-over"
+                "\n{name}: step | phase | live peak MiB | reserved peak MiB | r/l | slab MiB | plan LB MiB | at peak: slab regions, live in slab, outside slab, misses live outside, idle MiB | misses size/order/unmatched/overlap/stream | re-plan | new live max | take-over | slab bytes pinned by blocks kept past their step MiB"
             );
             for s in &steps {
                 let p = s.at_peak;
                 println!(
-                    "{} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} | {}/{}/{}/{}/{} | {} | {} | {}",
+                    "{} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} | {}/{}/{}/{}/{} | {} | {} | {} | {:.2}",
                     s.n,
                     s.phase,
                     mib(s.live_peak),
@@ -309,6 +327,7 @@ fn main() {
                     if s.replanned { "yes" } else { "" },
                     if s.new_live_max { "yes" } else { "" },
                     if s.take_over { "yes" } else { "" },
+                    mib(s.pinned_old),
                 );
             }
         }
@@ -343,7 +362,7 @@ fn main() {
             let p = s.at_peak;
             let out = p.live.saturating_sub(p.live_in_slab);
             println!(
-                "split {name}: LB {:.2} MiB; at the peak (step {}, {}): reserved {:.3} LB = live {:.3} + slab free {:.3} + idle pages {:.3} + slack {:.3}; live outside slab {:.3} (misses of the step {:.3}); slab regions {:.3}; plan slab {:.3}, plan LB {:.3}; step live peak {:.3}",
+                "split {name}: LB {:.2} MiB; at the peak (step {}, {}): reserved {:.3} LB = live {:.3} + slab free {:.3} + idle pages {:.3} + slack {:.3}; live outside slab {:.3} (misses of the step {:.3}); slab regions {:.3}; plan slab {:.3}, plan LB {:.3}; step live peak {:.3}; most slab bytes pinned by kept blocks in one step {:.3}",
                 mib(lb),
                 s.n,
                 s.phase,
@@ -358,6 +377,7 @@ fn main() {
                 s.slab_bytes as f64 / lbf,
                 s.plan_lb as f64 / lbf,
                 s.live_peak as f64 / lbf,
+                steps.iter().map(|s| s.pinned_old).max().unwrap_or(0) as f64 / lbf,
             );
         }
         println!(
