@@ -1010,6 +1010,17 @@ impl PlannedAllocator {
         &self.exact
     }
 
+    /// The backing as metered (its mapped range, regions and idle pages),
+    /// for diagnostics such as the per-step replay.
+    pub fn backing_metered(&self) -> &Metered {
+        &self.backing
+    }
+
+    /// Slabs of earlier plans that still hold live blocks.
+    pub fn retiring(&self) -> &[PlannedSlab] {
+        &self.retiring
+    }
+
     fn serve_planned(
         &mut self,
         origin: Origin,

@@ -295,14 +295,14 @@ impl Metered {
         let base = self.spaces[i].1.base();
         // The slab maps what it needs; other regions map in chunks that
         // grow with the range (an eighth of what is mapped, at least
-        // `chunk / 4`, at most 32 chunks), so the calls grow with the
+        // `chunk / 8`, at most 32 chunks), so the calls grow with the
         // logarithm of the memory and the pages mapped ahead stay a small
         // share of it.
         let chunk = if trim_first {
             0
         } else {
             let mapped = self.spaces[i].1.mapped_bytes();
-            (mapped / 8).clamp(self.chunk / 4, self.chunk.saturating_mul(32))
+            (mapped / 8).clamp(self.chunk / 8, self.chunk.saturating_mul(32))
         };
         let runs = self.spaces[i].1.runs_to_map(off, bytes, end, chunk);
         for (ro, rl) in runs {
