@@ -8,7 +8,12 @@
 //!
 //! ```sh
 //! cargo run --release -p tensor-arena-alloc --example replay_loops [POLICY_JSON]
+//! TA_LOOPS_DIR=/work/gen-traces cargo run --release -p tensor-arena-alloc --example replay_loops
 //! ```
+//!
+//! `TA_LOOPS_DIR` replays every `*.csv.gz` of another directory instead: the
+//! traces the generated loops keep (`python python/benches/generated_loops
+//! --keep-traces`). `TA_LOOP=NAME` replays one loop.
 
 #[path = "../tests/support/loops.rs"]
 mod loops;
@@ -33,7 +38,11 @@ fn main() {
     let mut logs = (0.0f64, 0.0f64, 0usize);
     let mut lb_logs = (0.0f64, 0.0f64);
     let only = std::env::var("TA_LOOP").ok();
-    for (name, events) in loops::all() {
+    let all = match std::env::var_os("TA_LOOPS_DIR") {
+        Some(dir) => loops::all_in(std::path::Path::new(&dir)),
+        None => loops::all(),
+    };
+    for (name, events) in all {
         if only.as_ref().is_some_and(|o| *o != name) {
             continue;
         }
