@@ -59,6 +59,7 @@ def test_the_trace_figures_follow_the_segment_lines_and_the_new_live_peaks():
     f = analyse(lines)
     assert f["trace_steps"] == 3
     assert f["trace_peak_reserved_bytes"] == 4096 + 5120
+    assert f["peak_reserved_step"] == 1
     assert f["trace_peak_live_bytes"] == 1024 + 2048  # each request rounded up to 512 bytes
     assert f["new_peak_steps"] == 2  # the third step's live peak (1536) sets none
     assert f["new_peak_step_worst"] == 1

@@ -90,6 +90,9 @@ def parse(argv=None):
     ap.add_argument("--keep-traces", action="store_true", help="gzip each planned run's trace into --traces")
     ap.add_argument("--traces", default=None, help="where --keep-traces writes loop-S-III.csv.gz (default DIR/traces)")
     ap.add_argument("--launcher-args", default="", help="extra flags for python -m tensor_arena.run")
+    ap.add_argument("--resummarize", action="store_true",
+                    help="run nothing: write summary.json and summary.md again from the loops of DIR/summary.json "
+                         "(their kept traces read again)")
     ap.add_argument("--allow-failures", action="store_true",
                     help="exit 0 even when a loop's losses differ or a run crashed or hung")
     args = ap.parse_args(argv)
@@ -236,7 +239,35 @@ def distribution(rows):
     dist["planned_above_expandable"] = [r["index"] for r in rows if isinstance(r.get("planned_over_expandable"), float)
                                         and r["planned_over_expandable"] > 1]
     dist["trace_differs_from_stats"] = [r["index"] for r in rows if r.get("trace_matches_stats") is False]
+    dist["targets"] = targets(dist, rows)
+    for part in ("family", "schedule"):
+        groups = {}
+        for r in rows:
+            groups.setdefault(r["spec"]["family"] if part == "family" else r["spec"]["shape"]["kind"], []).append(r)
+        dist[f"by_{part}"] = {name: {"loops": len(g), **{key: spread(r.get(key) for r in g)["median"] for key in (
+            "planned_over_lower_bound", "planned_over_caching", "served_share", "replans")}}
+            for name, g in sorted(groups.items())}
     return dist
+
+
+def targets(dist, rows):
+    """Issue 38's targets for the generated loops: each with the figure it is judged on and whether it is met."""
+    def at_most(value, limit):
+        return {"value": value, "limit": limit, "met": value is not None and value <= limit}
+
+    over = [r for r in rows if r["status"] == "ok" and not (
+        isinstance(r.get("planned_over_caching"), float) and r["planned_over_caching"] <= 1
+        and isinstance(r.get("planned_over_expandable"), float) and r["planned_over_expandable"] <= 1)]
+    served = dist["served_share"]["median"]
+    return {
+        "planned_over_lower_bound_median": at_most(dist["planned_over_lower_bound"]["median"], 1.05),
+        "planned_over_lower_bound_p90": at_most(dist["planned_over_lower_bound"]["p90"], 1.12),
+        "served_share_median": {"value": served, "limit": 0.99, "met": served is not None and served >= 0.99},
+        "replans_p90": at_most(dist["replans"]["p90"], 3),
+        "new_peak_step_ratio_max": at_most(dist["new_peak_step_ratio_max"]["max"], 1.10),
+        "planned_within_both_models": {"value": len(rows) - len(over), "limit": len(rows), "met": not over},
+        "bit_identical": {"value": dist["identical_share"], "limit": 1.0, "met": dist["identical_share"] == 1.0},
+    }
 
 
 def mib(n):
@@ -277,13 +308,23 @@ def markdown(record):
             f = num
         out.append(f"| {key} | {f(x['median'])} | {f(x['p90'])} | {f(x['min'])} | {f(x['max'])} "
                    f"| {num(x.get('geomean'))} |")
+    out += ["", "| target (issue 38) | value | limit | met |", "|---|---|---|---|"]
+    for key, t in d["targets"].items():
+        value = num(t["value"], "{}" if isinstance(t["value"], int) else "{:.3f}")
+        out.append(f"| {key} | {value} | {num(t['limit'], '{:g}')} | {'yes' if t['met'] else '**no**'} |")
+    for part in ("family", "schedule"):
+        out += ["", f"| {part} | loops | planned / LB | planned / caching | served | re-plans (medians) |",
+                "|---|---|---|---|---|---|"]
+        for name, g in d[f"by_{part}"].items():
+            out.append(f"| {name} | {g['loops']} | {num(g['planned_over_lower_bound'])} "
+                       f"| {num(g['planned_over_caching'])} | {pct(g['served_share'])} | {num(g['replans'], '{:g}')} |")
     out += ["", f"Planned above the caching model: {d['planned_above_caching'] or 'none'}; above the expandable "
             f"model: {d['planned_above_expandable'] or 'none'}; trace's peak differs from the stats': "
             f"{d['trace_differs_from_stats'] or 'none'}.", "",
             "| loop | status | planned / LB / caching / expandable MiB | planned / LB | planned / caching "
             "| planned / expandable | served | re-plans | device calls (steady max) | planning wait ms "
-            "| new-peak step reserved / live (step) | description |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| new-peak step reserved / live (step) | peak step | description |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in record["loops"]:
         st = r["status"] if r["status"] == "ok" else f"**{r['status']}** ({r['comparison']})"
         wait = r.get("planning_wait_seconds_max")
@@ -295,7 +336,7 @@ def markdown(record):
             f"| {num(r.get('device_calls'), '{}')} ({num(r.get('device_calls_max_steady_step'), '{}')}) "
             f"| {num(wait * 1000 if wait is not None else None, '{:.1f}')} "
             f"| {num(r.get('new_peak_step_ratio_max'))} ({num(r.get('new_peak_step_worst'), '{}')}) "
-            f"| {r['description']} |")
+            f"| {num(r.get('peak_reserved_step'), '{}')} | {r['description']} |")
     return "\n".join(out) + "\n"
 
 
@@ -320,9 +361,30 @@ def previous_rows(out, args):
     return {r["index"]: r for r in old.get("loops", []) if r["index"] not in args.indices}
 
 
+def resummarize(out):
+    """The summary of ``out`` written again from its loops (a newer runner's distribution and tables)."""
+    record = suite.read_json(out / "summary.json")
+    if not record:
+        print(f"no summary to read in {out}", file=sys.stderr)
+        return 2
+    for row in record["loops"]:
+        kept = pathlib.Path(row.get("kept_trace") or "")
+        if kept.is_file():  # the trace's figures read again, with this runner's _trace.py
+            lines = gzip.decompress(kept.read_bytes()).decode().splitlines(keepends=True)
+            row.update(analyse(lines))
+            row["trace_matches_stats"] = row["trace_peak_reserved_bytes"] == row["planned_peak_reserved_bytes"]
+    record["distribution"] = distribution(record["loops"])
+    (out / "summary.json").write_text(json.dumps(record, indent=1))
+    (out / "summary.md").write_text(markdown(record))
+    print(markdown(record).split("\n\n| loop |")[0])
+    return 0
+
+
 def main(argv=None):
     args = parse(argv)
     out = pathlib.Path(args.out).resolve()
+    if args.resummarize:
+        return resummarize(out)
     out.mkdir(parents=True, exist_ok=True)
     args.traces = str(pathlib.Path(args.traces).resolve()) if args.traces else str(out / "traces")
     env = suite.environment()

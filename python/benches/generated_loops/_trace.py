@@ -7,7 +7,8 @@ requests, each rounded up to 512 bytes as the library's live lower bound
 rounds them, is what the program held. Per step (``step_begin`` ..
 ``step_end``): the most of each. A step *sets a new live peak* when its live
 peak is above every earlier step's; the issue's target is that such a step
-reserves at most 1.10x its own live peak.
+reserves at most 1.10x its own live peak. ``peak_reserved_step`` is the step
+(0: the warm-up) in which the whole-run peak reserved was first reached.
 """
 
 ROUND = 512
@@ -16,6 +17,7 @@ ROUND = 512
 def analyse(lines):
     """Figures of the trace's lines (header first, cut after the last ``step_end``)."""
     reserved = peak_reserved = live = peak_live = 0
+    peak_reserved_step = None
     size_of = {}
     steps = []  # (live peak, reserved peak) of each step, in order
     step_live = step_reserved = 0
@@ -38,7 +40,7 @@ def analyse(lines):
             if reserved > step_reserved:
                 step_reserved = reserved
             if reserved > peak_reserved:
-                peak_reserved = reserved
+                peak_reserved, peak_reserved_step = reserved, len(steps)
         elif event == "segment_free":
             reserved -= int(size)
         elif event == "step_begin":
@@ -56,6 +58,7 @@ def analyse(lines):
     return {
         "trace_steps": len(steps),
         "trace_peak_reserved_bytes": peak_reserved,
+        "peak_reserved_step": peak_reserved_step,
         "trace_peak_live_bytes": peak_live,
         "new_peak_steps": new_peaks,
         "new_peak_step_ratio_max": worst,
