@@ -113,3 +113,23 @@ def test_runner_runs_three_loops_both_ways_and_writes_the_summary(tmp_path):
     md = (out / "summary.md").read_text()
     table = [line for line in md.splitlines() if line.startswith("| 1 |") or line.startswith("| loop |")]
     assert len(table) == 2 and table[0].count("|") == table[1].count("|"), "a column without its header"
+
+
+def test_a_run_that_crashes_is_recorded_and_fails_the_process_unless_allowed(tmp_path):
+    env = dict(os.environ)
+    env.pop("TENSOR_ARENA_ALLOCATOR", None)
+    # A configuration key the library refuses: the planned run exits with an error at start.
+    cmd = [sys.executable, str(GEN), "--seed", "1", "--only", "4", "--steps", "2", "--out", str(tmp_path),
+           "--launcher-args", "--policy '{\"no_such_key\": 1}'"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr
+    (row,) = json.loads((tmp_path / "summary.json").read_text())["loops"]
+    assert row["status"] == "crash" and row["torch_rc"] == 0 and row["planned_rc"] != 0
+    assert "no_such_key" in row["planned_error"]
+    assert row["identical"] is False
+    again = subprocess.run([*cmd, "--allow-failures", "--resummarize"], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr
+    d = json.loads((tmp_path / "summary.json").read_text())["distribution"]
+    assert d["status"] == {"crash": 1} and d["identical_share"] == 0.0
+    assert d["targets"]["bit_identical"]["met"] is False

@@ -285,7 +285,7 @@ def num(x, fmt="{:.3f}"):
 def markdown(record):
     d = record["distribution"]
     out = [f"Command: `{record['command']}`", "",
-           f"Started {record['started']}, {record['wall_s']} s; {record['machine']}; torch {record['torch']}, "
+           f"Started {record['started']}, {record['wall_s']} s ({record.get('cpu_s', 'n/a')} CPU s); {record['machine']}; torch {record['torch']}, "
            f"Python {record['python']}.", "",
            f"{d['loops']} loops: {', '.join(f'{n} {k}' for k, n in sorted(d['status'].items()))}; "
            f"bit-identical (losses, eval losses, final state): {pct(d['identical_share'])}.", "",
@@ -399,6 +399,9 @@ def main(argv=None):
         ordered = [rows[i] for i in sorted(rows)]
         record = {"command": shlex.join([sys.executable, *sys.argv]) if argv is None else shlex.join(argv),
                   "started": started.isoformat(timespec="seconds"), "wall_s": round(time.perf_counter() - t0, 1),
+                  # CPU seconds of every run so far (user + system of the waited-for children): the cost
+                  # of the loops whatever else loads the machine.
+                  "cpu_s": round(os.times().children_user + os.times().children_system, 1),
                   "machine": machine(), "python": platform.python_version(), "torch": torch.__version__,
                   "seed": args.seed, "steps": args.steps, "launcher_args": args.launcher_args,
                   "timeout_s": args.timeout, "selected": args.indices,
