@@ -18,6 +18,10 @@
 //! # the traces of generated loops instead of the suite's, with their distribution:
 //! TA_LOOPS_DIR=DIR cargo run --release -p tensor-arena-alloc --example replay_loops
 //! ```
+//!
+//! `TA_LOOPS_DIR` replays every `*.csv.gz` of another directory instead: the
+//! traces the generated loops keep (`python python/benches/generated_loops
+//! --keep-traces`).
 
 #[path = "../tests/support/growing.rs"]
 mod growing;

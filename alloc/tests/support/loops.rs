@@ -18,8 +18,14 @@ pub fn dir() -> PathBuf {
 
 /// Every recorded loop: its name and its events, by name.
 pub fn all() -> Vec<(String, Vec<TraceEvent>)> {
+    all_in(&dir())
+}
+
+/// Every `*.csv.gz` trace of `dir` (the generated loops' `--keep-traces`
+/// directory, for one): its name and its events, by name.
+pub fn all_in(dir: &Path) -> Vec<(String, Vec<TraceEvent>)> {
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir()) else {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return out;
     };
     let mut paths: Vec<PathBuf> = entries
