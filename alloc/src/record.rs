@@ -111,8 +111,15 @@ impl Records {
         };
         rec.step = step;
         rec.requests.clear();
-        rec.requests.reserve(expected);
         rec.anchors.clear();
+        // A vector kept from an unusually large step (four times what the
+        // last step made) gives its memory back.
+        let roomy = SHRINK_OVER.saturating_mul(expected.max(SHRINK_FLOOR));
+        if rec.requests.capacity() > roomy {
+            rec.requests.shrink_to(expected);
+            rec.anchors.shrink_to(expected);
+        }
+        rec.requests.reserve(expected);
         rec.anchors.reserve(expected);
         rec.anchor_plan = 0;
         self.steps.push_back(rec);
@@ -188,4 +195,36 @@ impl Records {
     pub fn latest_len(&self) -> usize {
         self.steps.back().map_or(0, |r| r.requests.len())
     }
+
+    /// Drops the latest step's requests and gives their vectors back (a
+    /// step cut for making too many): its place stays, so the blocks it
+    /// gave are still told apart from the next step's.
+    pub fn drop_latest(&mut self) {
+        if let Some(rec) = self.steps.back_mut() {
+            rec.requests = Vec::new();
+            rec.anchors = Vec::new();
+            rec.anchor_plan = 0;
+        }
+    }
+
+    /// Bytes the kept records' vectors hold (their capacity).
+    pub fn heap_bytes(&self) -> u64 {
+        self.steps.iter().map(StepRecord::heap_bytes).sum()
+    }
 }
+
+impl StepRecord {
+    /// Bytes its vectors hold (their capacity).
+    pub fn heap_bytes(&self) -> u64 {
+        (self.requests.capacity() * std::mem::size_of::<Request>()
+            + self.anchors.capacity() * std::mem::size_of::<u32>()) as u64
+    }
+}
+
+/// A kept record vector larger than this many times the requests the step
+/// before made is shrunk when it is reused.
+const SHRINK_OVER: usize = 4;
+
+/// Steps of fewer requests than this never shrink a vector (no churn for
+/// small steps).
+const SHRINK_FLOOR: usize = 1024;
