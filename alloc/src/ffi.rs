@@ -299,7 +299,7 @@ pub unsafe extern "C" fn tensor_arena_configure(json: *const c_char) -> c_int {
     })
 }
 
-fn step_call(f: fn(&mut PlannedAllocator) -> crate::Result<()>) -> c_int {
+fn step_call(f: fn(&mut PlannedAllocator) -> crate::Result<()>, ends: bool) -> c_int {
     guarded(-1, || {
         let mut g = global();
         if let Some(child) = g.child.as_mut() {
@@ -308,10 +308,10 @@ fn step_call(f: fn(&mut PlannedAllocator) -> crate::Result<()>) -> c_int {
         // The planner's thread is waited for off the lock: other threads'
         // requests go on meanwhile (the join in step_end is then at once).
         let mut pause = Duration::from_micros(20);
-        while g
-            .allocator
-            .as_ref()
-            .is_some_and(PlannedAllocator::planner_busy)
+        while ends
+            && g.allocator
+                .as_ref()
+                .is_some_and(PlannedAllocator::planner_busy)
         {
             drop(g);
             std::thread::sleep(pause);
@@ -336,14 +336,14 @@ fn step_call(f: fn(&mut PlannedAllocator) -> crate::Result<()>) -> c_int {
 /// A step begins. 0 on success, -1 inside a step already.
 #[unsafe(no_mangle)]
 pub extern "C" fn tensor_arena_step_begin() -> c_int {
-    step_call(PlannedAllocator::step_begin)
+    step_call(PlannedAllocator::step_begin, false)
 }
 
 /// The step ends (recording, planning and re-planning happen here). 0 on
 /// success, -1 outside a step.
 #[unsafe(no_mangle)]
 pub extern "C" fn tensor_arena_step_end() -> c_int {
-    step_call(PlannedAllocator::step_end)
+    step_call(PlannedAllocator::step_end, true)
 }
 
 /// Drops plans, slabs and caches and starts over: 0. With blocks still
@@ -396,7 +396,12 @@ fn json_call(buf: *mut c_char, cap: usize, f: fn(&mut Global) -> String) -> usiz
 pub unsafe extern "C" fn tensor_arena_stats_json(buf: *mut c_char, cap: usize) -> usize {
     json_call(buf, cap, |g| {
         let child = g.child.as_ref().map(fork::ChildPool::json);
-        let threads = g.thread.json();
+        let mut threads = g.thread.json();
+        threads["planner_running"] = g
+            .allocator
+            .as_ref()
+            .is_some_and(PlannedAllocator::planner_busy)
+            .into();
         match g.allocator() {
             Some(a) => {
                 let mut stats = serde_json::to_value(a.stats()).unwrap_or_default();

@@ -228,3 +228,57 @@ const SHRINK_OVER: usize = 4;
 /// Steps of fewer requests than this never shrink a vector (no churn for
 /// small steps).
 const SHRINK_FLOOR: usize = 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(r: &mut Records, step: u64, n: usize) {
+        let expected = r.latest_len();
+        r.begin(step, expected);
+        for i in 0..n {
+            r.push(512 + i as u64, 0, RequestPhase::Train);
+        }
+    }
+
+    #[test]
+    fn vectors_shrink_after_an_unusually_large_step() {
+        let mut r = Records::new(2);
+        step(&mut r, 1, 100_000);
+        let large = r.heap_bytes();
+        for s in 2..6 {
+            step(&mut r, s, 2000);
+        }
+        let small = r.heap_bytes();
+        assert!(small * 10 < large, "{large} bytes, then {small}");
+    }
+
+    #[test]
+    fn steady_steps_keep_their_vectors() {
+        let mut r = Records::new(2);
+        for s in 1..4 {
+            step(&mut r, s, 5000);
+        }
+        let before: Vec<usize> = r.steps.iter().map(|s| s.requests.capacity()).collect();
+        step(&mut r, 4, 5000);
+        step(&mut r, 5, 5000);
+        let after: Vec<usize> = r.steps.iter().map(|s| s.requests.capacity()).collect();
+        assert_eq!(before, after, "no reallocation for steady steps");
+    }
+
+    #[test]
+    fn a_dropped_step_keeps_its_place() {
+        let mut r = Records::new(4);
+        step(&mut r, 1, 10);
+        step(&mut r, 2, 10);
+        r.drop_latest();
+        assert_eq!(r.latest_len(), 0);
+        assert_eq!(r.get(2).map(|s| s.requests.capacity()), Some(0));
+        step(&mut r, 3, 10);
+        // A block of the dropped step freed now marks nothing of step 3.
+        r.freed(Origin { step: 2, k: 3 }, FreedAt { step: 3, clock: 1 });
+        assert!(r.get(3).unwrap().requests.iter().all(|q| q.freed.is_none()));
+        r.freed(Origin { step: 3, k: 3 }, FreedAt { step: 3, clock: 4 });
+        assert!(r.get(3).unwrap().requests[3].freed.is_some());
+    }
+}

@@ -167,7 +167,10 @@ fn reset_refuses_while_blocks_are_live_and_releases_nothing() {
     let reserved = a.stats().reserved_bytes;
     assert_eq!(a.reset(), 3, "the last step's gradients");
     let e = a.try_reset().unwrap_err().to_string();
-    assert!(e.contains("3 blocks") && e.contains("nothing was released"), "{e}");
+    assert!(
+        e.contains("3 blocks") && e.contains("nothing was released"),
+        "{e}"
+    );
     assert_eq!(a.live_blocks(), 3);
     assert_eq!(a.stats().phase, "serving", "nothing changed");
     assert_eq!(a.stats().reserved_bytes, reserved);

@@ -35,7 +35,8 @@ impl PlannedAllocator {
     /// planner's thread and the trace's writer belong to the parent. The
     /// planner's handle is forgotten (its thread does not exist here: no
     /// join, no detach), the open step closed, the trace forgotten (its
-    /// buffered lines are the parent's to write). The caller keeps the
+    /// buffered lines are the parent's to write), and the comparison
+    /// models' worker thread forgotten likewise (their figures read zero). The caller keeps the
     /// allocator only to read its figures: its memory may still be mapped
     /// by blocks the child inherited, so it never serves again.
     pub fn forget_after_fork(&mut self) {
@@ -48,6 +49,7 @@ impl PlannedAllocator {
             std::mem::forget(trace);
         }
         self.backing.forget_trace();
+        self.comparison.forget_worker();
     }
 
     /// Live blocks and their bytes asked for.
