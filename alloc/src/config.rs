@@ -207,7 +207,10 @@ impl Config {
         if config.step_request_cap == Some(0) {
             return Err(bad("step_request_cap must be at least 1".to_owned()));
         }
-        if config.step_time_cap_s.is_some_and(|t| !(t > 0.0)) {
+        if config
+            .step_time_cap_s
+            .is_some_and(|t| t.is_nan() || t <= 0.0)
+        {
             return Err(bad(
                 "step_time_cap_s must be a positive number of seconds".to_owned()
             ));
