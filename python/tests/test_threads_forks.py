@@ -236,7 +236,7 @@ def test_a_script_that_updates_its_parameters_by_hand_is_planned(env, tmp_path):
 
 RESET_WITH_LIVE = """
 import torch, tensor_arena as ta
-alloc = ta.PlannedAllocator("cpu").install()
+alloc = ta.PlannedAllocator("cpu", mapped_range=MAPPED).install()
 x = torch.ones(1 << 20)
 try:
     alloc.reset()
@@ -250,8 +250,8 @@ print("reset", alloc.reset())
 
 
 def test_reset_with_live_blocks_refuses_and_frees_nothing(env, tmp_path):
-    for flags in ({}, {"TENSOR_ARENA_ALLOC_CONFIG": ""}):
-        out, _ = launch(RESET_WITH_LIVE, dict(env, **flags), tmp_path, plain=True)
+    for mapped in ("True", "False"):
+        out, _ = launch(RESET_WITH_LIVE.replace("MAPPED", mapped), env, tmp_path, plain=True)
         lines = out.strip().splitlines()
         assert lines[0].startswith("refused: ") and "still live" in lines[0], out
         assert lines[1] == str(float(1 << 20)), out
