@@ -346,7 +346,8 @@ pub extern "C" fn tensor_arena_step_end() -> c_int {
     step_call(PlannedAllocator::step_end, true)
 }
 
-/// Drops plans, slabs and caches and starts over: 0. With blocks still
+/// Drops plans, slabs and caches, forgets the step thread and starts
+/// over: 0. With blocks still
 /// live it refuses and releases nothing: -1, the count and bytes in
 /// `tensor_arena_last_error` (their memory is still in use). In a forked
 /// child: 0, nothing done.
@@ -362,7 +363,11 @@ pub extern "C" fn tensor_arena_reset() -> c_int {
             None => Ok(()),
         };
         match result {
-            Ok(()) => 0,
+            Ok(()) => {
+                // The step thread is found again from the next step call.
+                g.thread = threads::StepThread::new();
+                0
+            }
             Err(e) => {
                 g.last_error = e.to_string();
                 -1
