@@ -33,6 +33,10 @@ mod phases;
 // the bytes right after it, a growing run planned from its latest step
 // (issue 38).
 mod growth;
+// Steps that never end are cut; the books' size (issue 42).
+mod bounds;
+// Other threads, forks, reset with live blocks (issue 42).
+mod lifecycle;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -199,6 +203,8 @@ pub struct PlannedAllocator {
     side: streams::Side,
     /// The phase requests are made in (allocator/phases.rs).
     phases: crate::request_phase::PhaseState,
+    /// Steps cut for never ending (allocator/bounds.rs).
+    bounds: bounds::Bounds,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -343,6 +349,7 @@ impl PlannedAllocator {
             trace: None,
             side: streams::Side::new(caching_config(platform).max_split_size),
             phases: Default::default(),
+            bounds: Default::default(),
         }
     }
 
@@ -406,7 +413,8 @@ impl PlannedAllocator {
         let size64 = size as u64;
         let stream = self.stream_id(stream);
         self.counters.requests += 1;
-        let origin = if self.in_step {
+        // (A step that never ends is cut here: allocator/bounds.rs.)
+        let origin = if self.in_step && !self.cut_if_unbounded() {
             let k = self.records.push(size64, stream, self.phases.current);
             self.clock += 1;
             Origin { step: self.step, k }
@@ -665,6 +673,7 @@ impl PlannedAllocator {
 
     /// A step begins.
     pub fn step_begin(&mut self) -> Result<()> {
+        self.begin_bounded()?;
         if self.in_step {
             self.counters.errors.step_order += 1;
             return Err(Error::StepOrder {
@@ -705,6 +714,9 @@ impl PlannedAllocator {
 
     /// The step ends: the allocator records, plans or re-plans here.
     pub fn step_end(&mut self) -> Result<()> {
+        if let Some(cut) = self.end_cut_step() {
+            return cut;
+        }
         if !self.in_step {
             self.counters.errors.step_order += 1;
             return Err(Error::StepOrder {
@@ -745,7 +757,7 @@ impl PlannedAllocator {
                 }
             }
             Phase::Recording => {
-                let recorded = self.step.saturating_sub(warmup);
+                let recorded = self.step.saturating_sub(self.recording_after());
                 // The step that ended is merged with those before it now,
                 // so that the first plan's boundary merges one step at most.
                 let started = std::time::Instant::now();
@@ -852,10 +864,21 @@ impl PlannedAllocator {
         }
     }
 
-    /// Drops plans, slabs and the fallback's cache. Returns the live blocks
-    /// found (their memory is released too: they count as leaked) and
-    /// starts over in warm-up with the same settings and request phase.
+    /// Drops plans, slabs and the fallback's cache and starts over in
+    /// warm-up with the same settings and request phase. Returns the live
+    /// blocks found: with any, it refuses and changes nothing (their memory
+    /// is still in use; [`PlannedAllocator::try_reset`] says so as an
+    /// error), so 0 means it reset.
     pub fn reset(&mut self) -> usize {
+        match self.try_reset() {
+            Ok(()) => 0,
+            Err(_) => self.live_blocks(),
+        }
+    }
+
+    /// The reset itself (allocator/lifecycle.rs checks that no block is
+    /// live first).
+    fn reset_unchecked(&mut self) -> usize {
         self.forget_streams();
         let leaked = self.live_blocks();
         for slab in self.slab.take().into_iter().chain(self.retiring.drain(..)) {
@@ -967,6 +990,8 @@ impl PlannedAllocator {
             live_blocks: self.live_blocks() as u64,
             retiring_live_blocks: self.retiring.iter().map(|s| s.live_count() as u64).sum(),
             checked: self.checked,
+            book_bytes: self.book_bytes(),
+            steps_cut: self.steps_cut(),
         }
     }
 
@@ -1256,9 +1281,7 @@ impl PlannedAllocator {
             // (the step just ended among them, folded in by its anchors when
             // the serving plan served it).
             if self.phase == Phase::Recording {
-                let recorded = self
-                    .step
-                    .saturating_sub(u64::from(self.config.warmup_steps));
+                let recorded = self.step.saturating_sub(self.recording_after());
                 self.plan(recorded as usize, started);
             } else {
                 self.replan(started);

@@ -129,6 +129,11 @@ impl Comparison {
     /// The models' figures over every request so far: `[defaults,
     /// expandable]` (zeros when the comparison is off).
     pub fn figures(&self) -> [ModelFigures; 2] {
+        if std::process::id() != self.pid {
+            // A forked child: the worker is the parent's (its lock may have
+            // been copied held); nothing here is waited for.
+            self.enabled.set(false);
+        }
         self.hand_over();
         if !self.enabled.get() {
             return [ModelFigures::default(); 2];
@@ -138,6 +143,19 @@ impl Comparison {
             inbox = self.shared.1.wait(inbox).unwrap_or_else(|e| e.into_inner());
         }
         inbox.figures
+    }
+}
+
+impl Comparison {
+    /// In a forked child: the worker thread does not exist here. Its
+    /// handle is forgotten (neither joined nor detached) and the models
+    /// are fed no more; their figures read zero.
+    pub fn forget_worker(&mut self) {
+        self.enabled.set(false);
+        *self.buffer.get_mut() = Vec::new();
+        if let Some(worker) = self.worker.take() {
+            std::mem::forget(worker);
+        }
     }
 }
 

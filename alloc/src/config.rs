@@ -148,6 +148,15 @@ pub struct Config {
     /// backend maps), 0 for no mapped ranges. Live runs use their
     /// backing's own unit and ignore it.
     pub map_granularity: Option<u64>,
+    /// A step that makes this many requests without ending is cut: its
+    /// record is dropped, the rest of it is served as requests outside
+    /// steps, and it is never planned from (a loop with no step end, a
+    /// worker that inherited an open step). When absent: four times the
+    /// most requests a step that ended made, at least 65,536.
+    pub step_request_cap: Option<u64>,
+    /// A step open this many seconds is cut likewise (looked at once per
+    /// 1,024 requests); absent (the default): no time cap.
+    pub step_time_cap_s: Option<f64>,
 }
 
 impl Default for Config {
@@ -171,6 +180,8 @@ impl Default for Config {
             mapped_range: true,
             range_bytes: None,
             map_granularity: None,
+            step_request_cap: None,
+            step_time_cap_s: None,
         }
     }
 }
@@ -192,6 +203,17 @@ impl Config {
         }
         if config.recent_steps == 0 {
             return Err(bad("recent_steps must be at least 1".to_owned()));
+        }
+        if config.step_request_cap == Some(0) {
+            return Err(bad("step_request_cap must be at least 1".to_owned()));
+        }
+        if config
+            .step_time_cap_s
+            .is_some_and(|t| t.is_nan() || t <= 0.0)
+        {
+            return Err(bad(
+                "step_time_cap_s must be a positive number of seconds".to_owned()
+            ));
         }
         if config.replan_miss_steps == 0 {
             return Err(bad("replan_miss_steps must be at least 1".to_owned()));

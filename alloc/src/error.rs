@@ -69,6 +69,17 @@ pub enum Error {
         /// The value given.
         value: i64,
     },
+    /// `reset` while blocks the allocator gave are still live: refused,
+    /// nothing released (their memory is still in use).
+    #[error(
+        "reset refused: {blocks} blocks ({bytes} bytes) the allocator gave are still live; free them first (nothing was released)"
+    )]
+    LiveBlocks {
+        /// Live blocks.
+        blocks: usize,
+        /// Their bytes asked for.
+        bytes: u64,
+    },
     /// An error of the tensor-arena core (the host or Ascend device).
     #[error(transparent)]
     Core(#[from] tensor_arena::Error),

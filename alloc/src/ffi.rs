@@ -1,16 +1,26 @@
 //! The C ABI: torch's pluggable-allocator pair and the control functions,
 //! over one process-wide allocator behind a mutex. Nothing unwinds across
 //! the boundary: a panic is caught, counted as an error and answered like
-//! a failure.
+//! a failure. Forks are handled (`fork`: no lock held across one, the
+//! child serves from a pool of its own), the plan follows the thread that
+//! steps (`threads`), and `step_end` waits for the planner's thread off
+//! the lock.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::allocator::PlannedAllocator;
 use crate::config::Config;
 use crate::report;
 use crate::request_phase::RequestPhase;
+
+// pthread_atfork handlers and the forked child's pool.
+mod fork;
+// The thread the plan follows.
+mod threads;
+pub use threads::ROUTE_BY_THREAD;
 
 /// The environment variable holding the configuration JSON used when
 /// `tensor_arena_configure` was never called. With neither, every call
@@ -21,15 +31,22 @@ struct Global {
     config: Option<Config>,
     allocator: Option<PlannedAllocator>,
     last_error: String,
+    /// In a forked child: what serves (the allocator above only reports).
+    child: Option<fork::ChildPool>,
+    /// The thread the plan follows.
+    thread: threads::StepThread,
 }
 
 static GLOBAL: Mutex<Global> = Mutex::new(Global {
     config: None,
     allocator: None,
     last_error: String::new(),
+    child: None,
+    thread: threads::StepThread::new(),
 });
 
 fn global() -> MutexGuard<'static, Global> {
+    fork::register();
     // A panic while holding the lock was caught at the boundary; the state
     // it left is still consistent enough to report and reset.
     GLOBAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -115,7 +132,14 @@ pub extern "C" fn tensor_arena_alloc(
     guarded(std::ptr::null_mut(), || {
         // No phase read at the request: training, unless the caller's
         // mark (tensor_arena_set_phase) says eval.
-        alloc_in(&mut global(), size, device, stream, RequestPhase::Train)
+        alloc_in(
+            &mut global(),
+            size,
+            device,
+            stream,
+            RequestPhase::Train,
+            false,
+        )
     })
 }
 
@@ -128,11 +152,28 @@ fn alloc_in(
     device: c_int,
     stream: *mut c_void,
     read: RequestPhase,
+    routed: bool,
 ) -> *mut c_void {
+    if let Some(child) = g.child.as_mut() {
+        return match child.alloc(size) {
+            Ok(addr) => addr as *mut c_void,
+            Err(why) => {
+                g.last_error = why;
+                std::ptr::null_mut()
+            }
+        };
+    }
+    let outside = routed && g.thread.route_outside();
     let Some(a) = g.allocator_for(Some(device)) else {
         return std::ptr::null_mut();
     };
-    match a.alloc_phase(size, device, stream as usize, read) {
+    let got = if outside {
+        // (Its phase reading is not the step's: the step's phase stays.)
+        a.alloc_unstepped(size, device, stream as usize)
+    } else {
+        a.alloc_phase(size, device, stream as usize, read)
+    };
+    match got {
         Some(addr) => addr as *mut c_void,
         None => {
             let why = a.last_null_reason().to_owned();
@@ -145,8 +186,11 @@ fn alloc_in(
 /// `tensor_arena_alloc` of a request made in `phase`, as the caller read
 /// it at the request (0 train, 1 eval: the device extensions pass torch's
 /// grad mode): the request is made in eval when `phase` or the mark of
-/// `tensor_arena_set_phase` is eval. A phase other than 0 and 1 is bad
-/// input: NULL, the reason in `tensor_arena_last_error`.
+/// `tensor_arena_set_phase` is eval. [`ROUTE_BY_THREAD`] (2) added to the
+/// phase says the request was made outside autograd's backward: made on a
+/// thread other than the step's, it is served outside the step (docs:
+/// "Threads"). Any other value is bad input: NULL, the reason in
+/// `tensor_arena_last_error`.
 #[unsafe(no_mangle)]
 pub extern "C" fn tensor_arena_alloc_phase(
     size: usize,
@@ -156,14 +200,16 @@ pub extern "C" fn tensor_arena_alloc_phase(
 ) -> *mut c_void {
     guarded(std::ptr::null_mut(), || {
         let mut g = global();
-        let read = match RequestPhase::from_code(i64::from(phase)) {
+        let routed = (phase & !1) == ROUTE_BY_THREAD;
+        let code = if routed { phase & 1 } else { phase };
+        let read = match RequestPhase::from_code(i64::from(code)) {
             Ok(p) => p,
             Err(e) => {
                 g.last_error = e.to_string();
                 return std::ptr::null_mut();
             }
         };
-        alloc_in(&mut g, size, device, stream, read)
+        alloc_in(&mut g, size, device, stream, read, routed)
     })
 }
 
@@ -204,7 +250,10 @@ pub extern "C" fn tensor_arena_free(
     _stream: *mut c_void,
 ) {
     guarded((), || {
-        if let Some(a) = global().allocator.as_mut() {
+        let mut g = global();
+        if let Some(child) = g.child.as_mut() {
+            child.free(ptr as usize);
+        } else if let Some(a) = g.allocator.as_mut() {
             a.free(ptr as usize);
         }
     })
@@ -250,9 +299,26 @@ pub unsafe extern "C" fn tensor_arena_configure(json: *const c_char) -> c_int {
     })
 }
 
-fn step_call(f: fn(&mut PlannedAllocator) -> crate::Result<()>) -> c_int {
+fn step_call(f: fn(&mut PlannedAllocator) -> crate::Result<()>, ends: bool) -> c_int {
     guarded(-1, || {
         let mut g = global();
+        if let Some(child) = g.child.as_mut() {
+            return child.step_call();
+        }
+        // The planner's thread is waited for off the lock: other threads'
+        // requests go on meanwhile (the join in step_end is then at once).
+        let mut pause = Duration::from_micros(20);
+        while ends
+            && g.allocator
+                .as_ref()
+                .is_some_and(PlannedAllocator::planner_busy)
+        {
+            drop(g);
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+            g = global();
+        }
+        g.thread.stepped();
         let result = match g.allocator() {
             Some(a) => f(a).map_err(|e| e.to_string()),
             None => return -1,
@@ -270,26 +336,54 @@ fn step_call(f: fn(&mut PlannedAllocator) -> crate::Result<()>) -> c_int {
 /// A step begins. 0 on success, -1 inside a step already.
 #[unsafe(no_mangle)]
 pub extern "C" fn tensor_arena_step_begin() -> c_int {
-    step_call(PlannedAllocator::step_begin)
+    step_call(PlannedAllocator::step_begin, false)
 }
 
 /// The step ends (recording, planning and re-planning happen here). 0 on
 /// success, -1 outside a step.
 #[unsafe(no_mangle)]
 pub extern "C" fn tensor_arena_step_end() -> c_int {
-    step_call(PlannedAllocator::step_end)
+    step_call(PlannedAllocator::step_end, true)
 }
 
-/// Drops plans, slabs and caches and starts over; returns the live blocks
-/// it found (counted as leaked), or -1.
+/// Drops plans, slabs and caches, forgets the step thread and starts
+/// over: 0. With blocks still
+/// live it refuses and releases nothing: -1, the count and bytes in
+/// `tensor_arena_last_error` (their memory is still in use). In a forked
+/// child: 0, nothing done.
 #[unsafe(no_mangle)]
 pub extern "C" fn tensor_arena_reset() -> c_int {
     guarded(-1, || {
         let mut g = global();
-        match g.allocator.as_mut() {
-            Some(a) => a.reset().min(c_int::MAX as usize) as c_int,
-            None => 0,
+        if g.child.is_some() {
+            return 0;
         }
+        let result = match g.allocator.as_mut() {
+            Some(a) => a.try_reset(),
+            None => Ok(()),
+        };
+        match result {
+            Ok(()) => {
+                // The step thread is found again from the next step call.
+                g.thread = threads::StepThread::new();
+                0
+            }
+            Err(e) => {
+                g.last_error = e.to_string();
+                -1
+            }
+        }
+    })
+}
+
+/// Names the calling thread as the one the plan follows (`on` 1), or lets
+/// the step calls decide again (0: the thread that last began or ended a
+/// step). 0 on success.
+#[unsafe(no_mangle)]
+pub extern "C" fn tensor_arena_set_step_thread(on: c_int) -> c_int {
+    guarded(-1, || {
+        global().thread.name(on != 0);
+        0
     })
 }
 
@@ -305,9 +399,26 @@ fn json_call(buf: *mut c_char, cap: usize, f: fn(&mut Global) -> String) -> usiz
 /// `buf` is null or valid for `cap` writable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tensor_arena_stats_json(buf: *mut c_char, cap: usize) -> usize {
-    json_call(buf, cap, |g| match g.allocator() {
-        Some(a) => serde_json::to_string(&a.stats()).unwrap_or_default(),
-        None => "{}".to_owned(),
+    json_call(buf, cap, |g| {
+        let child = g.child.as_ref().map(fork::ChildPool::json);
+        let mut threads = g.thread.json();
+        threads["planner_running"] = g
+            .allocator
+            .as_ref()
+            .is_some_and(PlannedAllocator::planner_busy)
+            .into();
+        match g.allocator() {
+            Some(a) => {
+                let mut stats = serde_json::to_value(a.stats()).unwrap_or_default();
+                if let Some(map) = stats.as_object_mut() {
+                    let fork = child.unwrap_or_else(|| serde_json::json!({"child": false}));
+                    map.insert("fork".to_owned(), fork);
+                    map.insert("threads".to_owned(), threads);
+                }
+                stats.to_string()
+            }
+            None => "{}".to_owned(),
+        }
     })
 }
 
@@ -350,7 +461,11 @@ pub unsafe extern "C" fn tensor_arena_last_error(buf: *mut c_char, cap: usize) -
 
 fn control_call(f: impl FnOnce(&mut PlannedAllocator)) {
     guarded((), || {
-        if let Some(a) = global().allocator() {
+        let mut g = global();
+        // In a forked child the parent's allocator only reports.
+        if g.child.is_none()
+            && let Some(a) = g.allocator()
+        {
             f(a);
         }
     })

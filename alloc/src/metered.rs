@@ -345,6 +345,14 @@ impl Metered {
         (addr - base < size as usize).then_some(base)
     }
 
+    /// Forgets the trace without dropping it (a forked child: its buffered
+    /// lines are the parent's to write).
+    pub fn forget_trace(&mut self) {
+        if let Some(trace) = self.trace.take() {
+            std::mem::forget(trace);
+        }
+    }
+
     /// Writes every reservation and release to `trace` from now on.
     pub fn set_trace(&mut self, trace: TraceLog) {
         self.trace = Some(trace);

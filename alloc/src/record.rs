@@ -111,8 +111,15 @@ impl Records {
         };
         rec.step = step;
         rec.requests.clear();
-        rec.requests.reserve(expected);
         rec.anchors.clear();
+        // A vector kept from an unusually large step (four times what the
+        // last step made) gives its memory back.
+        let roomy = SHRINK_OVER.saturating_mul(expected.max(SHRINK_FLOOR));
+        if rec.requests.capacity() > roomy {
+            rec.requests.shrink_to(expected);
+            rec.anchors.shrink_to(expected);
+        }
+        rec.requests.reserve(expected);
         rec.anchors.reserve(expected);
         rec.anchor_plan = 0;
         self.steps.push_back(rec);
@@ -187,5 +194,91 @@ impl Records {
     /// Requests in the latest step.
     pub fn latest_len(&self) -> usize {
         self.steps.back().map_or(0, |r| r.requests.len())
+    }
+
+    /// Drops the latest step's requests and gives their vectors back (a
+    /// step cut for making too many): its place stays, so the blocks it
+    /// gave are still told apart from the next step's.
+    pub fn drop_latest(&mut self) {
+        if let Some(rec) = self.steps.back_mut() {
+            rec.requests = Vec::new();
+            rec.anchors = Vec::new();
+            rec.anchor_plan = 0;
+        }
+    }
+
+    /// Bytes the kept records' vectors hold (their capacity).
+    pub fn heap_bytes(&self) -> u64 {
+        self.steps.iter().map(StepRecord::heap_bytes).sum()
+    }
+}
+
+impl StepRecord {
+    /// Bytes its vectors hold (their capacity).
+    pub fn heap_bytes(&self) -> u64 {
+        (self.requests.capacity() * std::mem::size_of::<Request>()
+            + self.anchors.capacity() * std::mem::size_of::<u32>()) as u64
+    }
+}
+
+/// A kept record vector larger than this many times the requests the step
+/// before made is shrunk when it is reused.
+const SHRINK_OVER: usize = 4;
+
+/// Steps of fewer requests than this never shrink a vector (no churn for
+/// small steps).
+const SHRINK_FLOOR: usize = 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(r: &mut Records, step: u64, n: usize) {
+        let expected = r.latest_len();
+        r.begin(step, expected);
+        for i in 0..n {
+            r.push(512 + i as u64, 0, RequestPhase::Train);
+        }
+    }
+
+    #[test]
+    fn vectors_shrink_after_an_unusually_large_step() {
+        let mut r = Records::new(2);
+        step(&mut r, 1, 100_000);
+        let large = r.heap_bytes();
+        for s in 2..6 {
+            step(&mut r, s, 2000);
+        }
+        let small = r.heap_bytes();
+        assert!(small * 10 < large, "{large} bytes, then {small}");
+    }
+
+    #[test]
+    fn steady_steps_keep_their_vectors() {
+        let mut r = Records::new(2);
+        for s in 1..4 {
+            step(&mut r, s, 5000);
+        }
+        let before: Vec<usize> = r.steps.iter().map(|s| s.requests.capacity()).collect();
+        step(&mut r, 4, 5000);
+        step(&mut r, 5, 5000);
+        let after: Vec<usize> = r.steps.iter().map(|s| s.requests.capacity()).collect();
+        assert_eq!(before, after, "no reallocation for steady steps");
+    }
+
+    #[test]
+    fn a_dropped_step_keeps_its_place() {
+        let mut r = Records::new(4);
+        step(&mut r, 1, 10);
+        step(&mut r, 2, 10);
+        r.drop_latest();
+        assert_eq!(r.latest_len(), 0);
+        assert_eq!(r.get(2).map(|s| s.requests.capacity()), Some(0));
+        step(&mut r, 3, 10);
+        // A block of the dropped step freed now marks nothing of step 3.
+        r.freed(Origin { step: 2, k: 3 }, FreedAt { step: 3, clock: 1 });
+        assert!(r.get(3).unwrap().requests.iter().all(|q| q.freed.is_none()));
+        r.freed(Origin { step: 3, k: 3 }, FreedAt { step: 3, clock: 4 });
+        assert!(r.get(3).unwrap().requests[3].freed.is_some());
     }
 }

@@ -210,6 +210,12 @@ pub struct Stats {
     pub retiring_live_blocks: u64,
     /// Whether checked mode is on.
     pub checked: bool,
+    /// Bytes the allocator's own books hold (the step records and the
+    /// plan's basis: their vectors' capacity); bounded by the step cap.
+    pub book_bytes: u64,
+    /// Steps cut for making too many requests without ending (or for
+    /// staying open too long): `step_request_cap`, `step_time_cap_s`.
+    pub steps_cut: u64,
 }
 
 /// `1 - live / reserved`, 0 when nothing was reserved.

@@ -198,6 +198,9 @@ fn request_phases_through_the_c_abi_and_bad_phases_refused() {
             why.contains(&format!("request phase {bad}")) && why.contains("0 (train) or 1 (eval)"),
             "{why}"
         );
+    }
+    // 2 and 3 are the phases with ROUTE_BY_THREAD (tests/threads.rs).
+    for bad in [4, -1, 7, i32::MIN] {
         assert!(tensor_arena_alloc_phase(100, 0, std::ptr::null_mut(), bad).is_null());
         assert!(last_error().contains("0 (train) or 1 (eval)"));
     }

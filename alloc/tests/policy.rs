@@ -152,13 +152,37 @@ fn bad_input_is_counted_never_acted_on() {
 }
 
 #[test]
-fn reset_reports_what_was_still_live() {
+fn reset_refuses_while_blocks_are_live_and_releases_nothing() {
     let mut a = cpu("");
     let mut grads = Vec::new();
     for _ in 0..4 {
         toy_step(&mut a, &mut grads, 1 << 12, 3);
     }
+    // The last step's gradients are live: their bytes must stay usable.
+    let live: Vec<usize> = grads.clone();
+    for &g in &live {
+        // SAFETY: a live block of at least 4096 bytes the allocator gave.
+        unsafe { std::ptr::write_bytes(g as *mut u8, 0x5A, 1 << 12) };
+    }
+    let reserved = a.stats().reserved_bytes;
     assert_eq!(a.reset(), 3, "the last step's gradients");
+    let e = a.try_reset().unwrap_err().to_string();
+    assert!(
+        e.contains("3 blocks") && e.contains("nothing was released"),
+        "{e}"
+    );
+    assert_eq!(a.live_blocks(), 3);
+    assert_eq!(a.stats().phase, "serving", "nothing changed");
+    assert_eq!(a.stats().reserved_bytes, reserved);
+    for &g in &live {
+        // SAFETY: still live (the reset refused): mapped and ours.
+        let byte = unsafe { *(g as *const u8) };
+        assert_eq!(byte, 0x5A);
+        a.free(g);
+    }
+    grads.clear();
+    assert_eq!(a.reset(), 0);
+    assert!(a.try_reset().is_ok());
     assert_eq!(a.live_blocks(), 0);
     assert_eq!(a.stats().phase, "warmup");
     assert_eq!(a.stats().reserved_bytes, 0);

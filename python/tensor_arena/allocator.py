@@ -31,6 +31,7 @@ import json
 import math
 import os
 import pickle
+import threading
 import warnings
 import weakref
 
@@ -132,6 +133,7 @@ class _Library:
             "tensor_arena_cache_info": ([], c.c_size_t),
             "tensor_arena_set_phase": ([c.c_int], c.c_int),
             "tensor_arena_alloc_phase": ([c.c_size_t, c.c_int, c.c_void_p, c.c_int], c.c_void_p),
+            "tensor_arena_set_step_thread": ([c.c_int], c.c_int),
         }
         for name, (args, res) in contract.items():
             fn = getattr(self.dll, name, None)
@@ -261,6 +263,11 @@ class PlannedAllocator:
         self._engine_steps = False
         self._engine_depth = 0
         self._phase = "train"
+        # Steps without an optimizer (auto_step): whether an optimizer step
+        # ended a step, and backward passes returned since the last boundary.
+        self._optimizer_seen = False
+        self._backwards = 0
+        self._backward_patch = None
         _INSTANCE = self
 
     # ---- installing -----------------------------------------------------------------
@@ -474,6 +481,7 @@ class PlannedAllocator:
             alloc = this()
             if alloc is None or alloc._engine_steps or alloc._engine_depth:
                 return
+            alloc._optimizer_seen = True
             pacer = alloc._pacer() if alloc._pacer is not None else None
             if pacer is None:
                 alloc._pacer = weakref.ref(optimizer)
@@ -483,10 +491,76 @@ class PlannedAllocator:
             alloc.begin_step()
 
         self._hook = register_optimizer_step_post_hook(boundary)
+        self._watch_backward()
         from . import engines
 
         engines.watch(self)
         return self._hook
+
+    def _watch_backward(self):
+        """Steps without an optimizer: a step ends where the training thread's backward returns.
+
+        ``torch.Tensor.backward`` and ``torch.autograd.backward`` are wrapped:
+        once a second backward returns with no optimizer step (nor engine
+        step) since the first, every backward that returns ends the step and
+        opens the next, on the thread that called it. The first optimizer step
+        turns this off for good (the optimizer's hook paces the steps). A
+        script that updates its parameters by hand (``p.data.add_(p.grad,
+        alpha=-lr)``) is then planned like one with an optimizer.
+        """
+        if self._backward_patch is not None:
+            return
+        import torch
+
+        this = weakref.ref(self)
+        tensor_backward = torch.Tensor.backward
+        autograd_backward = torch.autograd.backward
+
+        def after_backward():
+            alloc = this()
+            if alloc is None or alloc._hook is None or alloc._optimizer_seen:
+                return
+            if alloc._engine_steps or alloc._engine_depth:
+                return
+            alloc._backwards += 1
+            if alloc._backwards >= 2 and alloc._in_step:
+                alloc.end_step()
+                alloc.begin_step()
+
+        depth = threading.local()
+
+        def counted(fn, *args, **kwargs):
+            # Tensor.backward calls torch.autograd.backward: the outer call
+            # alone counts.
+            level = getattr(depth, "n", 0)
+            depth.n = level + 1
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                depth.n = level
+            if level == 0:
+                after_backward()
+            return out
+
+        def backward(tensor, *args, **kwargs):
+            return counted(tensor_backward, tensor, *args, **kwargs)
+
+        def autograd(*args, **kwargs):
+            return counted(autograd_backward, *args, **kwargs)
+
+        backward.__wrapped__ = tensor_backward
+        autograd.__wrapped__ = autograd_backward
+        torch.Tensor.backward = backward
+        torch.autograd.backward = autograd
+        self._backward_patch = (tensor_backward, autograd_backward)
+
+    def _unwatch_backward(self):
+        if self._backward_patch is None:
+            return
+        import torch
+
+        torch.Tensor.backward, torch.autograd.backward = self._backward_patch
+        self._backward_patch = None
 
     def stop_auto_step(self, end=True):
         """Removes the :meth:`auto_step` hook; ``end`` also ends the open step."""
@@ -494,8 +568,27 @@ class PlannedAllocator:
             self._hook.remove()
             self._hook = None
             self._pacer = None
+        self._unwatch_backward()
         if end and self._in_step:
             self.end_step()
+
+    def step_thread(self, on=True):
+        """Names the calling thread as the one the plan follows (``on=False``: the step calls decide again).
+
+        By default the plan follows the thread that begins and ends steps
+        (the one that calls ``optimizer.step()`` under :meth:`auto_step`):
+        requests made on other threads outside autograd's backward (a data
+        thread, a TorchScript loop, intra-op workers) are served outside the
+        step, from the fallback's pools, and never move the plan's cursor.
+        Name a thread here when another one ends the steps for it.
+        """
+        fn = getattr(self._lib.dll, "tensor_arena_set_step_thread", None)
+        if fn is None:
+            raise AllocatorError(
+                f"{self._lib.path} does not export tensor_arena_set_step_thread: an allocator library "
+                "older than this package (rebuild it)"
+            )
+        self._lib.check(fn(1 if on else 0), "tensor_arena_set_step_thread")
 
     # ---- request phases ---------------------------------------------------------------
 
@@ -571,10 +664,12 @@ class PlannedAllocator:
         return self._lib.text("last_error")
 
     def reset(self):
-        """Drops plans, slabs and fallback caches; returns the live blocks found (counted as leaked).
+        """Drops plans, slabs and fallback caches and starts over in warm-up; returns 0.
 
-        Only between steps, and only when nothing allocated by the library is
-        still in use by the program.
+        Only between steps, and only when no block the library gave is still
+        live: with live blocks (tensors still alive) the library refuses and
+        releases nothing, and this raises ``AllocatorError`` naming how many
+        blocks and bytes are live.
         """
         if self._in_step:
             raise AllocatorError("reset: a step is open; end it first")

@@ -9,7 +9,8 @@
 The allocator is installed before the script runs (so before torch's first
 device allocation) and a step ends after every ``optimizer.step()`` (a global
 optimizer step post-hook; with several optimizers the first one that steps
-paces the boundaries), or, under an engine that wraps the optimizer, after the
+paces the boundaries; a script with no optimizer: after every ``loss.backward()`` once two
+backward passes returned without an optimizer step between them), or, under an engine that wraps the optimizer, after the
 engine's step (DeepSpeed's ``engine.step()`` at an accumulation boundary;
 ``--step-at MODULE:QUALNAME`` names any other). Eval passes need no marks: the device extension reads
 torch's grad mode at every request (``torch.no_grad()`` outside autograd's
@@ -56,6 +57,9 @@ _POLICY_FLAGS = (
     ("mapped_range", bool, "take every region from mapped address ranges (pages mapped as needed, no "
                            "device call per region); --no-mapped-range: a device region per region"),
     ("range_bytes", int, "bytes of address space each mapped range reserves (default: the device's capacity)"),
+    ("step_request_cap", int, "a step that makes this many requests without ending is cut (its record dropped; "
+                              "default: 4x the largest ended step, at least 65536)"),
+    ("step_time_cap_s", float, "a step open this many seconds is cut likewise (default: no time cap)"),
 )
 
 

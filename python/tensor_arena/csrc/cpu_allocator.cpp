@@ -72,7 +72,7 @@ class PlannedCpuAllocator final : public c10::Allocator {
     }
     // The phase of the request, read on the requesting thread (phase.h).
     void* data = g_alloc.load(std::memory_order_acquire)(
-        nbytes, kCpuDevice, nullptr, tensor_arena::request_phase());
+        nbytes, kCpuDevice, nullptr, tensor_arena::request_code());
     TORCH_CHECK_WITH(
         OutOfMemoryError,
         data != nullptr,

@@ -80,7 +80,7 @@ std::function<void*(std::size_t, int, cudaStream_t)> alloc_fn(const LibraryTable
       return nullptr;
     }
     // The phase read here, on the requesting thread (the grad mode).
-    void* ptr = lib.alloc_phase(size, device, stream, tensor_arena::request_phase());
+    void* ptr = lib.alloc_phase(size, device, stream, tensor_arena::request_code());
     if (ptr == nullptr) {
       const std::string message = oom_message(size, device, lib);
       TORCH_CHECK_WITH(OutOfMemoryError, false, message);

@@ -133,7 +133,7 @@ void* tensor_arena_npu_alloc(std::size_t size, int device, aclrtStream stream) {
     return nullptr;
   }
   // The phase read here, on the requesting thread (the grad mode).
-  void* ptr = lib().alloc_phase(size, device, stream, tensor_arena::request_phase());
+  void* ptr = lib().alloc_phase(size, device, stream, tensor_arena::request_code());
   TORCH_CHECK_WITH(
       OutOfMemoryError,
       ptr != nullptr,

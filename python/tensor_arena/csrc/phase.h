@@ -51,4 +51,25 @@ inline int request_phase() {
   return graph_task_id != nullptr && graph_task_id() >= 0 ? 0 : 1;
 }
 
+// tensor_arena_alloc_phase's ROUTE_BY_THREAD flag: the request was made
+// outside autograd's backward, so the library may serve it outside the step
+// when its thread is not the one that steps (docs/allocator.md, "Threads").
+// Inside a backward (autograd's device threads compute for the thread that
+// called backward) the request belongs to the step wherever it is made.
+constexpr int kRouteByThread = 2;
+
+// The phase of the request and, outside autograd's backward, the
+// ROUTE_BY_THREAD flag: what the extensions pass to tensor_arena_alloc_phase.
+inline int request_code() {
+  if (c10::InferenceMode::is_enabled()) {
+    return 1 | kRouteByThread;
+  }
+  GraphTaskIdFn graph_task_id = graph_task_id_fn();
+  const bool in_backward = graph_task_id != nullptr && graph_task_id() >= 0;
+  if (in_backward) {
+    return 0;
+  }
+  return (c10::GradMode::is_enabled() ? 0 : 1) | kRouteByThread;
+}
+
 }  // namespace tensor_arena
