@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo run --release -p tensor-arena-alloc --example replay_steps [POLICY_JSON]
-//! TA_LOOPS_DIR=/work/gen-traces TA_STEPS=1 TA_LOOP=loop-1-010 cargo run ... --example replay_steps
+//! TA_LOOPS_DIR=TRACES_DIR TA_STEPS=1 TA_LOOP=loop-1-010 cargo run ... --example replay_steps
 //! ```
 //!
 //! At the moment of the whole-run peak reserved, the mapped bytes are

@@ -1333,7 +1333,15 @@ impl PlannedAllocator {
             // blocks still alive in it (carried into the next step) stay
             // where they are and the new plan's sites avoid them until
             // they are freed. Nothing is reserved.
-            Some(old) if old.region_bytes >= bytes => PlannedSlab::take_over(plan, old),
+            // A smaller plan in one region of the range: the region
+            // shrinks in place to the plan (or to its highest block still
+            // alive), and the pages past it go back at the trim below, so a
+            // slab never stays at the height of a taller plan it no longer
+            // serves (allocator/growth.rs).
+            Some(old) if old.region_bytes >= bytes => match self.shrink_in_place(&old, bytes) {
+                Some(keep) => PlannedSlab::grown_in_place(plan, old, keep),
+                None => PlannedSlab::take_over(plan, old),
+            },
             Some(old) => {
                 // A larger plan: the region grows in place when the bytes
                 // after it are free (allocator/growth.rs).

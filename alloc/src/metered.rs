@@ -197,6 +197,22 @@ impl Metered {
         Ok(self.spaces[0].1.grow(off, bytes))
     }
 
+    /// Shrinks the region at `addr` of the default stream's range in place
+    /// to `bytes` (the slab's region at a smaller re-plan): the bytes past
+    /// them become free and their pages idle, for the next
+    /// [`Metered::trim`] to unmap. `false`, and nothing done, without a
+    /// range or when the region is not longer.
+    pub fn shrink_in_place(&mut self, addr: usize, bytes: usize) -> bool {
+        let Some((_, space)) = self.spaces.first_mut() else {
+            return false;
+        };
+        if !space.contains(addr) {
+            return false;
+        }
+        let off = addr - space.base();
+        space.shrink(off, bytes)
+    }
+
     /// The default stream's range, if regions come from mapped ranges.
     pub fn space(&self) -> Option<&Space> {
         self.spaces.first().map(|(_, s)| s)

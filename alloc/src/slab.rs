@@ -195,11 +195,22 @@ impl PlannedSlab {
 
     /// Serves `plan` from `old`'s one region grown in place to
     /// `region_bytes` (the bytes right after it, in the same mapped
-    /// range): `old`'s live blocks stay where they are until freed, as at a
-    /// take-over, and no slot straddles anything.
+    /// range), or shrunk in place to them (never below the end of a live
+    /// block, [`PlannedSlab::live_end`]): `old`'s live blocks stay where
+    /// they are until freed, as at a take-over, and no slot straddles
+    /// anything.
     pub fn grown_in_place(plan: SitePlan, old: PlannedSlab, region_bytes: usize) -> PlannedSlab {
         let carried = old.live_as_carried();
         PlannedSlab::over(plan, vec![(0, old.base, region_bytes as u64)], carried)
+    }
+
+    /// The end, in slab offsets, of the highest live block (planned or
+    /// carried): a region shrunk in place must keep it.
+    pub fn live_end(&self) -> u64 {
+        self.live_offsets()
+            .map(|(o, slot, _)| o + slot)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Serves `plan` from the region of `old`, whose live blocks stay where

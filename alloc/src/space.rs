@@ -169,6 +169,28 @@ impl Space {
         true
     }
 
+    /// The live region at `off` shrinks in place to `len` bytes (at least
+    /// one [`REGION_ALIGN`] granule): its bytes past that go back to the
+    /// free extents, their pages still mapped (idle, for
+    /// [`Space::trimmable`]). `false`, and nothing changed, when no live
+    /// region starts at `off` or it is not longer than `len`.
+    pub fn shrink(&mut self, off: usize, len: usize) -> bool {
+        let len = len.next_multiple_of(REGION_ALIGN).max(REGION_ALIGN);
+        let Some(&have) = self.used.get(&off) else {
+            return false;
+        };
+        if len >= have {
+            return false;
+        }
+        let (s, mut l) = (off + len, have - len);
+        if let Some(nl) = self.free.remove(&(off + have)) {
+            l += nl;
+        }
+        self.free.insert(s, l);
+        self.used.insert(off, len);
+        true
+    }
+
     /// The page runs of `[off, off + len)` (widened to whole pages) that
     /// are not mapped: `(offset, length)` each.
     pub fn unmapped_runs(&self, off: usize, len: usize) -> Vec<(usize, usize)> {
@@ -390,11 +412,28 @@ mod tests {
         assert_eq!(s.give_back(a), None, "twice");
     }
 
+    #[test]
+    fn a_region_shrinks_in_place_and_its_tail_pages_become_idle() {
+        let mut s = Space::new(1 << 30, 64 * P, P);
+        let off = s.place(8 * P, End::Low).unwrap();
+        s.note_mapped(off, 8 * P);
+        let addr = s.take(off, 8 * P).unwrap();
+        assert!(!s.shrink(off + 1, P), "no region starts there");
+        assert!(!s.shrink(off, 8 * P), "not longer");
+        assert!(s.shrink(off, 3 * P));
+        assert_eq!(s.free.len(), 1, "the tail joined the free extent after it");
+        assert_eq!(s.trimmable(None), vec![(3 * P, 5 * P)]);
+        assert!(s.can_grow(off, 8 * P), "it can grow back over its tail");
+        assert_eq!(s.give_back(addr), Some(3 * P));
+        assert_eq!(s.free.len(), 1);
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Take(usize, bool),
         Give(usize),
         Grow(usize, usize),
+        Shrink(usize, usize),
         Trim,
     }
 
@@ -403,6 +442,7 @@ mod tests {
             (1usize..20_000, any::<bool>()).prop_map(|(l, low)| Op::Take(l, low)),
             (0usize..64).prop_map(Op::Give),
             (0usize..64, 1usize..20_000).prop_map(|(k, l)| Op::Grow(k, l)),
+            (0usize..64, 0usize..20_000).prop_map(|(k, l)| Op::Shrink(k, l)),
             Just(Op::Trim),
         ]
     }
@@ -463,6 +503,18 @@ mod tests {
                         }
                     }
                     Op::Grow(..) => {}
+                    Op::Shrink(k, to) if !live.is_empty() => {
+                        let j = k % live.len();
+                        let (addr, l) = live[j];
+                        let off = addr - s.base();
+                        let nl = to.next_multiple_of(REGION_ALIGN).max(REGION_ALIGN);
+                        prop_assert_eq!(s.shrink(off, to), nl < l);
+                        if nl < l {
+                            owner[(off + nl) / REGION_ALIGN..(off + l) / REGION_ALIGN].fill(usize::MAX);
+                            live[j] = (addr, nl);
+                        }
+                    }
+                    Op::Shrink(..) => {}
                     Op::Trim => {
                         for (ro, rl) in s.trimmable(None) {
                             for &o in &owner[ro / REGION_ALIGN..(ro + rl) / REGION_ALIGN] {

@@ -142,3 +142,46 @@ fn a_growing_run_is_planned_from_its_latest_step_not_from_a_merge_of_all() {
     );
     assert_eq!(p.stats.errors.double_free + p.stats.errors.unknown_free, 0);
 }
+
+#[test]
+fn a_smaller_replan_shrinks_a_much_taller_region_in_place() {
+    // A generated loop (tests/data/README.md) whose re-plans go down as well
+    // as up: the region kept the height of the tallest plan (1.915x the
+    // live lower bound over the run) until a smaller plan shrinks it in
+    // place and its pages past the plan go back (1.640x).
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/generated/loop-1-020.csv.gz");
+    let events = support::loops::read_gz(&path);
+    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
+    let s = &p.stats;
+    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    assert!(
+        p.peak_reserved_bytes * 4 <= p.live_lower_bound_bytes * 7,
+        "peak {} for a live lower bound of {}",
+        p.peak_reserved_bytes,
+        p.live_lower_bound_bytes
+    );
+}
+
+#[test]
+fn a_loose_larger_replan_grows_in_place_instead_of_holding_old_bytes_unused() {
+    // A generated loop (tests/data/README.md) whose larger re-plans are
+    // 1.25x to 1.5x their own lower bound: kept apart, the old region's
+    // bytes past the first slot that would straddle its end were held
+    // unused beside the new region (1.868x the live lower bound over the
+    // run); grown in place, 1.230x.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/generated/loop-1-092.csv.gz");
+    let events = support::loops::read_gz(&path);
+    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
+    let s = &p.stats;
+    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    assert!(
+        p.peak_reserved_bytes * 2 <= p.live_lower_bound_bytes * 3,
+        "peak {} for a live lower bound of {}",
+        p.peak_reserved_bytes,
+        p.live_lower_bound_bytes
+    );
+}
