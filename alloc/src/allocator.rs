@@ -72,8 +72,14 @@ const TRIM_CALLS: usize = 16;
 /// A mapped range grows by at least this much at once (device calls).
 const SPACE_CHUNK: usize = 1 << 20;
 
-/// Idle runs shorter than this stay mapped when the range is trimmed.
-const TRIM_MIN: usize = 64 << 10;
+/// Idle runs shorter than this stay mapped when the range is trimmed
+/// (where a plan changes: never in a steady step). 16 KiB rather than
+/// 64 KiB: on the generated loops' traces the idle runs between 16 and
+/// 64 KiB left mapped at the take-over set the whole-run peak of the small
+/// ones (issue 38; figures in docs/allocator.md). A backing whose map
+/// granularity is larger (CUDA's and Ascend's 2 MiB) trims whole granules
+/// only, so there this changes nothing.
+const TRIM_MIN: usize = 16 << 10;
 
 /// Where the allocator is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
