@@ -52,6 +52,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod bound;
 mod components;
 mod engine;
 mod fit_scan;
@@ -69,6 +70,7 @@ mod test_support;
 mod validate;
 mod window;
 
+pub use bound::window_bound;
 pub use greedy::{
     Greedy, GreedyFit, GreedyOrder, best_of_orders, greedy, greedy_lowest, place_in_sequence,
 };
