@@ -305,7 +305,10 @@ mod tests {
         assert_eq!(one, draw(&bases, 3, 40, 30));
         assert_ne!(one, draw(&bases, 4, 40, 30));
         assert_eq!(one.len(), 40);
-        assert!(one.iter().all(|i| !i.items.is_empty() && i.items.len() <= 30));
+        assert!(
+            one.iter()
+                .all(|i| !i.items.is_empty() && i.items.len() <= 30)
+        );
         assert!(draw(&bases, 3, 5, 1).is_empty());
     }
 }

@@ -54,6 +54,7 @@ use serde::{Deserialize, Serialize};
 
 mod bound;
 mod components;
+mod decompose;
 mod engine;
 mod fit_scan;
 mod greedy;
