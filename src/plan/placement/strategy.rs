@@ -38,9 +38,12 @@ const START_FIT: Greedy = Greedy {
 /// Above this many pairs of buffers per round (the sum over the
 /// time-independent pieces of their squared sizes), [`solve`]'s default
 /// skips the re-ordering rounds for the windowed repair: one round would
-/// take tens of seconds on a 2-core machine (idealloc's Y_1, 62,185
-/// buffers in one piece, is 3.9e9 pairs and 1.2 s a round).
-const ROUND_PAIRS_MAX: u128 = 1 << 34;
+/// take seconds on a 2-core machine (idealloc's Y_1, 62,185 buffers in one
+/// piece, is 3.9e9 pairs and 1.2 s a round, and stays below). Four copies
+/// of S_1 overlapping by half (114,104 buffers in one piece, 1.3e10 pairs)
+/// got through a few rounds in 10 s to 1.064x the bound where the windows
+/// reach 1.0001x in 3.4 s (issue 39; the limit was 2^34 before).
+const ROUND_PAIRS_MAX: u128 = 1 << 32;
 
 /// The pairs one re-ordering round compares: the sum of the squared sizes
 /// of the time-independent pieces.
@@ -90,7 +93,7 @@ pub enum StrategyKind {
     /// greedy by size once if no chain reached it), each O(n²) in the
     /// buffers of one time-independent piece: about 0.5 s for 28,526
     /// buffers and 1.2 s for 62,185 on a 2-core machine (BENCHMARKS.md).
-    /// Above 2^34 pairs per round (ten pieces of 62,185 buffers, or one
+    /// Above 2^32 pairs per round (two pieces of 62,185 buffers, or one
     /// overlapping piece of hundreds of thousands) the rounds are skipped:
     /// the first placement is then the lowest of the sweep, the sweep with
     /// long lifetimes started a little earlier (four lookaheads) and the
@@ -99,6 +102,16 @@ pub enum StrategyKind {
     /// the rounds when they are few enough, and it is repaired window by
     /// window (a window's cost does not grow with n). Below, the windows
     /// also run after the rounds with the time left.
+    ///
+    /// Above [`AUTO_BEST_MAX`] buffers, an instance that splits in time (no
+    /// buffer alive across some time) is placed piece by piece, each piece
+    /// from offset 0 with a share of the time and content with the whole
+    /// instance's bound, and a piece repeated (the same sizes and
+    /// lifetimes shifted in time) is placed once. Where at most 1/64 of
+    /// the bound crosses a time, the crossing buffers go first, at the
+    /// bottom, and the pieces above them, when that costs nothing in the
+    /// bound. Ten copies of idealloc's S_1 one after the other are then
+    /// placed as one (docs/planner.md, "Never worse than the parts").
     Auto,
 }
 
