@@ -45,6 +45,10 @@ const START_FIT: Greedy = Greedy {
 /// reach 1.0001x in 3.4 s (issue 39; the limit was 2^34 before).
 const ROUND_PAIRS_MAX: u128 = 1 << 32;
 
+/// Up to this many pairs per round the rounds still run after the windows,
+/// in the time those leave.
+const ROUND_PAIRS_LATE_MAX: u128 = 1 << 34;
+
 /// The pairs one re-ordering round compares: the sum of the squared sizes
 /// of the time-independent pieces.
 fn round_pairs(items: &[Interval]) -> u128 {
@@ -313,6 +317,10 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
 /// exactly once their crossing buffers are out).
 const MAX_DEPTH: u32 = 3;
 
+/// A near split is taken only when its pieces are at most this many
+/// distinct ones (the rest repeats).
+const NEAR_SPLIT_DISTINCT_MAX: usize = 4;
+
 /// [`solve`] from `start`, content with a height of `target` (a piece
 /// need not go below the whole instance's bound). The default strategy
 /// above [`AUTO_BEST_MAX`] buffers places an instance that splits in time
@@ -353,6 +361,16 @@ fn solve_by_parts(
     let mut merged = Merged::default();
     if pieces.is_empty() {
         let (crossing, mut near) = near_split(items, bound)?;
+        // Only where the pieces repeat (steps of a loop above its
+        // weights) and the crossing buffers are few, checked before any
+        // time is spent: a trace's 25 copies overlapping by half went from
+        // 1.006x to 1.175x when the crossing buffers' placement took most
+        // of the time and the split was then dropped.
+        let (same, _) = repeats(items, &near);
+        let distinct = same.iter().enumerate().filter(|&(k, &f)| f == k).count();
+        if distinct > NEAR_SPLIT_DISTINCT_MAX || crossing.len() > items.len() / 8 {
+            return None;
+        }
         // The crossing buffers first, at the bottom, with their share of
         // the time.
         let lifted: Vec<Interval> = crossing.iter().map(|&i| items[i]).collect();
@@ -546,7 +564,8 @@ fn solve_whole(
         // rounds give way to local repair, window by window (a window's
         // cost does not grow with n). Elsewhere the rounds run first and
         // the repair lowers what they leave.
-        let rounds_affordable = round_pairs(items) <= ROUND_PAIRS_MAX;
+        let pairs = round_pairs(items);
+        let rounds_affordable = pairs <= ROUND_PAIRS_MAX;
         if !rounds_affordable && !all_orders {
             // More first placements at the sweep's cost: best fit in
             // start order with long lifetimes started a little earlier
@@ -579,6 +598,21 @@ fn solve_whole(
             if fixed.improved > 0 {
                 placed_height = height(items, &offsets);
                 placer = None;
+            }
+        }
+        // Between 2^32 and 2^34 pairs the windows go first and the rounds
+        // get the time they leave: two traces interleaved (95,204 and
+        // 119,206 buffers) stopped at 1.015x after the windows where the
+        // rounds reach the bound.
+        if !rounds_affordable
+            && pairs <= ROUND_PAIRS_LATE_MAX
+            && placed_height > goal
+            && deadline.is_none_or(|d| Instant::now() < d)
+        {
+            let out = reorder(items, offsets.clone(), placer, goal, bound, deadline);
+            if out.height < placed_height {
+                (offsets, placed_height, placer, rounds) =
+                    (out.offsets, out.height, out.placer, out.rounds);
             }
         }
     }
