@@ -332,10 +332,12 @@ fn solve_at(
     target: usize,
     depth: u32,
 ) -> Solution {
-    if strategy.kind == StrategyKind::Auto && items.len() > AUTO_BEST_MAX && depth < MAX_DEPTH {
-        if let Some(parts) = solve_by_parts(items, strategy, start, target, depth) {
-            return parts;
-        }
+    if strategy.kind == StrategyKind::Auto
+        && items.len() > AUTO_BEST_MAX
+        && depth < MAX_DEPTH
+        && let Some(parts) = solve_by_parts(items, strategy, start, target, depth)
+    {
+        return parts;
     }
     // Pieces, and instances too large for the orders but small enough
     // for the search, give the search the time the rounds left.
