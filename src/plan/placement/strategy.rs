@@ -368,9 +368,12 @@ fn solve_by_parts(
         // time is spent: a trace's 25 copies overlapping by half went from
         // 1.006x to 1.175x when the crossing buffers' placement took most
         // of the time and the split was then dropped.
+        if crossing.len() > items.len() / 8 {
+            return None;
+        }
         let (same, _) = repeats(items, &near);
         let distinct = same.iter().enumerate().filter(|&(k, &f)| f == k).count();
-        if distinct > NEAR_SPLIT_DISTINCT_MAX || crossing.len() > items.len() / 8 {
+        if distinct > NEAR_SPLIT_DISTINCT_MAX {
             return None;
         }
         // The crossing buffers first, at the bottom, with their share of
