@@ -423,7 +423,9 @@ fn solve_by_parts(
         let base = pieces[k].base;
         let mut piece_strategy = strategy.with_time_limit(share);
         piece_strategy.capacity = strategy.capacity.map(|c| c.saturating_sub(base));
-        let piece: Vec<Interval> = orders[k].iter().map(|&i| items[i]).collect();
+        // In the instance's own order (ties in the greedy orders break by
+        // it, so a piece alone and its copies place alike).
+        let piece: Vec<Interval> = pieces[k].members.iter().map(|&i| items[i]).collect();
         let sol = solve_at(
             &piece,
             &piece_strategy,
@@ -432,9 +434,19 @@ fn solve_by_parts(
             depth + 1,
         );
         merged.add(&sol, base);
-        placed[k] = Some(sol.offsets);
+        for (&i, &o) in pieces[k].members.iter().zip(&sol.offsets) {
+            offsets[i] = o;
+        }
+        // The piece's offsets in its canonical order, for its repeats.
+        placed[k] = Some(orders[k].iter().map(|&i| offsets[i]).collect());
+        for (&i, &o) in pieces[k].members.iter().zip(&sol.offsets) {
+            offsets[i] = base + o;
+        }
     }
     for k in 0..pieces.len() {
+        if same[k] == k {
+            continue;
+        }
         let from = placed[same[k]].as_deref().unwrap_or(&[]);
         for (&i, &o) in orders[k].iter().zip(from) {
             offsets[i] = pieces[k].base + o;
