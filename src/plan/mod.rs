@@ -4,6 +4,7 @@
 #![deny(unsafe_code, clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod families;
 pub mod layout;
 pub mod minimalloc;
 pub mod placement;

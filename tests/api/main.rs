@@ -37,6 +37,7 @@ mod ascend_faults;
 mod ascend_sim;
 mod bit_masks;
 mod checked;
+mod families;
 mod fuzz_specs;
 mod large_instances;
 mod minimalloc;

@@ -22,7 +22,7 @@
 //!   (squeaky-wheel optimisation) while above the lower bound: on
 //!   idealloc's S_1 (28,526 buffers, too many for the search) from 1.025x
 //!   of it to 1.0002x, on three time-shifted copies of Y_1 (186,555) to
-//!   the lower bound in seconds (docs/planner.md). Above 2^34 pairs per
+//!   the lower bound in seconds (docs/planner.md). Above 2^32 pairs per
 //!   round it starts from the lowest of several sweeps (`lookahead.rs`,
 //!   `levels.rs`, the latter around the busiest times' buffers placed
 //!   first by the rounds, `hot.rs`) and repairs it window by window
@@ -54,7 +54,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod bound;
 mod components;
+mod decompose;
 mod engine;
 mod fit_scan;
 mod greedy;
@@ -71,6 +73,7 @@ mod test_support;
 mod validate;
 mod window;
 
+pub use bound::window_bound;
 pub use greedy::{
     Greedy, GreedyFit, GreedyOrder, best_of_orders, greedy, greedy_lowest, place_in_sequence,
 };

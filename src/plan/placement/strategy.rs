@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::components::components;
+use super::decompose::{exact_pieces, near_split, repeats, set_bases};
 use super::hot::hot_levels;
 use super::levels::levels_best_fit;
 use super::lookahead::best_lookahead;
@@ -37,9 +38,16 @@ const START_FIT: Greedy = Greedy {
 /// Above this many pairs of buffers per round (the sum over the
 /// time-independent pieces of their squared sizes), [`solve`]'s default
 /// skips the re-ordering rounds for the windowed repair: one round would
-/// take tens of seconds on a 2-core machine (idealloc's Y_1, 62,185
-/// buffers in one piece, is 3.9e9 pairs and 1.2 s a round).
-const ROUND_PAIRS_MAX: u128 = 1 << 34;
+/// take seconds on a 2-core machine (idealloc's Y_1, 62,185 buffers in one
+/// piece, is 3.9e9 pairs and 1.2 s a round, and stays below). Four copies
+/// of S_1 overlapping by half (114,104 buffers in one piece, 1.3e10 pairs)
+/// got through a few rounds in 10 s to 1.064x the bound where the windows
+/// reach 1.0001x in 3.4 s (issue 39; the limit was 2^34 before).
+const ROUND_PAIRS_MAX: u128 = 1 << 32;
+
+/// Up to this many pairs per round the rounds still run after the windows,
+/// in the time those leave.
+const ROUND_PAIRS_LATE_MAX: u128 = 1 << 34;
 
 /// The pairs one re-ordering round compares: the sum of the squared sizes
 /// of the time-independent pieces.
@@ -89,7 +97,7 @@ pub enum StrategyKind {
     /// greedy by size once if no chain reached it), each O(n²) in the
     /// buffers of one time-independent piece: about 0.5 s for 28,526
     /// buffers and 1.2 s for 62,185 on a 2-core machine (BENCHMARKS.md).
-    /// Above 2^34 pairs per round (ten pieces of 62,185 buffers, or one
+    /// Above 2^32 pairs per round (two pieces of 62,185 buffers, or one
     /// overlapping piece of hundreds of thousands) the rounds are skipped:
     /// the first placement is then the lowest of the sweep, the sweep with
     /// long lifetimes started a little earlier (four lookaheads) and the
@@ -98,6 +106,16 @@ pub enum StrategyKind {
     /// the rounds when they are few enough, and it is repaired window by
     /// window (a window's cost does not grow with n). Below, the windows
     /// also run after the rounds with the time left.
+    ///
+    /// Above [`AUTO_BEST_MAX`] buffers, an instance that splits in time (no
+    /// buffer alive across some time) is placed piece by piece, each piece
+    /// from offset 0 with a share of the time and content with the whole
+    /// instance's bound, and a piece repeated (the same sizes and
+    /// lifetimes shifted in time) is placed once. Where at most 1/64 of
+    /// the bound crosses a time, the crossing buffers go first, at the
+    /// bottom, and the pieces above them, when that costs nothing in the
+    /// bound. Ten copies of idealloc's S_1 one after the other are then
+    /// placed as one (docs/planner.md, "Never worse than the parts").
     Auto,
 }
 
@@ -290,11 +308,234 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
             limit: usize::MAX as u64,
         });
     }
+    let mut solution = solve_at(items, strategy, start, 0, 0);
+    solution.elapsed = start.elapsed();
+    Ok(solution)
+}
+
+/// How deep pieces are split again (a near split's pieces may split
+/// exactly once their crossing buffers are out).
+const MAX_DEPTH: u32 = 3;
+
+/// A near split is taken only when its pieces are at most this many
+/// distinct ones (the rest repeats).
+const NEAR_SPLIT_DISTINCT_MAX: usize = 4;
+
+/// [`solve`] from `start`, content with a height of `target` (a piece
+/// need not go below the whole instance's bound). The default strategy
+/// above [`AUTO_BEST_MAX`] buffers places an instance that splits in time
+/// piece by piece (`decompose.rs`).
+fn solve_at(
+    items: &[Interval],
+    strategy: &Strategy,
+    start: Instant,
+    target: usize,
+    depth: u32,
+) -> Solution {
+    if strategy.kind == StrategyKind::Auto
+        && items.len() > AUTO_BEST_MAX
+        && depth < MAX_DEPTH
+        && let Some(parts) = solve_by_parts(items, strategy, start, target, depth)
+    {
+        return parts;
+    }
+    // Pieces, and instances too large for the orders but small enough
+    // for the search, give the search the time the rounds left.
+    let polish = depth > 0 || items.len() > AUTO_BEST_MAX;
+    solve_whole(items, strategy, start, target, polish, depth > 0)
+}
+
+/// The pieces of `items` (exact splits, else near splits that cost nothing
+/// in the load bound) placed one by one, repeats once; `None` when the
+/// instance does not split so.
+fn solve_by_parts(
+    items: &[Interval],
+    strategy: &Strategy,
+    start: Instant,
+    target: usize,
+    depth: u32,
+) -> Option<Solution> {
     let bound = lower_bound(items);
+    let good = target.max(bound);
+    let time_left = |now: Instant| strategy.time_limit.saturating_sub(now - start);
+    let mut offsets = vec![0usize; items.len()];
+    let mut pieces = exact_pieces(items);
+    let mut merged = Merged::default();
+    if pieces.is_empty() {
+        let (crossing, mut near) = near_split(items, bound)?;
+        // Only where the pieces repeat (steps of a loop above its
+        // weights) and the crossing buffers are few, checked before any
+        // time is spent: a trace's 25 copies overlapping by half went from
+        // 1.006x to 1.175x when the crossing buffers' placement took most
+        // of the time and the split was then dropped.
+        if crossing.len() > items.len() / 8 {
+            return None;
+        }
+        let (same, _) = repeats(items, &near);
+        let distinct = same.iter().enumerate().filter(|&(k, &f)| f == k).count();
+        if distinct > NEAR_SPLIT_DISTINCT_MAX {
+            return None;
+        }
+        // The crossing buffers first, at the bottom, with their share of
+        // the time.
+        let lifted: Vec<Interval> = crossing.iter().map(|&i| items[i]).collect();
+        let share = time_left(Instant::now()).mul_f64(lifted.len() as f64 / items.len() as f64);
+        let below = solve_at(
+            &lifted,
+            &strategy.with_time_limit(share),
+            Instant::now(),
+            0,
+            depth + 1,
+        );
+        if below.height > good {
+            return None;
+        }
+        set_bases(items, &crossing, &below.offsets, &mut near);
+        // Taken only when it costs nothing in the bound.
+        for p in &near {
+            let piece: Vec<Interval> = p.members.iter().map(|&i| items[i]).collect();
+            if p.base.saturating_add(lower_bound(&piece)) > good {
+                return None;
+            }
+        }
+        for (&i, &o) in crossing.iter().zip(&below.offsets) {
+            offsets[i] = o;
+        }
+        merged.add(&below, 0);
+        pieces = near;
+    }
+    let (same, orders) = repeats(items, &pieces);
+    // The distinct pieces, the busiest (with what lies below) first.
+    let mut todo: Vec<(usize, usize)> = (0..pieces.len())
+        .filter(|&k| same[k] == k)
+        .map(|k| {
+            let piece: Vec<Interval> = orders[k].iter().map(|&i| items[i]).collect();
+            (pieces[k].base + lower_bound(&piece), k)
+        })
+        .collect();
+    todo.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut work: usize = todo.iter().map(|&(_, k)| pieces[k].members.len()).sum();
+    let mut placed: Vec<Option<Vec<usize>>> = vec![None; pieces.len()];
+    for &(_, k) in &todo {
+        let n = pieces[k].members.len();
+        let share = time_left(Instant::now()).mul_f64(n as f64 / work.max(1) as f64);
+        work -= n;
+        let base = pieces[k].base;
+        let mut piece_strategy = strategy.with_time_limit(share);
+        piece_strategy.capacity = strategy.capacity.map(|c| c.saturating_sub(base));
+        // In the instance's own order (ties in the greedy orders break by
+        // it, so a piece alone and its copies place alike).
+        let piece: Vec<Interval> = pieces[k].members.iter().map(|&i| items[i]).collect();
+        let sol = solve_at(
+            &piece,
+            &piece_strategy,
+            Instant::now(),
+            good.saturating_sub(base),
+            depth + 1,
+        );
+        merged.add(&sol, base);
+        for (&i, &o) in pieces[k].members.iter().zip(&sol.offsets) {
+            offsets[i] = o;
+        }
+        // The piece's offsets in its canonical order, for its repeats.
+        placed[k] = Some(orders[k].iter().map(|&i| offsets[i]).collect());
+        for (&i, &o) in pieces[k].members.iter().zip(&sol.offsets) {
+            offsets[i] = base + o;
+        }
+    }
+    for k in 0..pieces.len() {
+        if same[k] == k {
+            continue;
+        }
+        let from = placed[same[k]].as_deref().unwrap_or(&[]);
+        for (&i, &o) in orders[k].iter().zip(from) {
+            offsets[i] = pieces[k].base + o;
+        }
+    }
+    let placed_height = height(items, &offsets);
+    // Buffers that take no room sit at offset 0: the largest is a floor.
+    let floor = items
+        .iter()
+        .filter(|it| it.is_trivial())
+        .map(|it| it.size)
+        .fold(0, usize::max);
+    let placed_height = placed_height.max(floor);
+    let fits = strategy.capacity.is_none_or(|c| placed_height <= c);
+    let proven = merged.proven.max(bound.min(placed_height));
+    Some(Solution {
+        height: placed_height,
+        lower_bound: bound,
+        proven_bound: proven,
+        capacity: strategy.capacity,
+        fits,
+        optimal: placed_height <= proven,
+        greedy: None,
+        rounds: merged.rounds,
+        search_status: merged.status,
+        nodes: merged.nodes,
+        elapsed: Duration::ZERO,
+        offsets,
+    })
+}
+
+/// What the pieces' solutions add up to.
+#[derive(Default)]
+struct Merged {
+    /// The largest proven bound of a piece at offset 0 (a piece's optimum
+    /// bounds the whole from below).
+    proven: usize,
+    rounds: u32,
+    nodes: u64,
+    status: Option<SearchStatus>,
+    /// Height (with its base) of the piece the status came from.
+    status_height: usize,
+}
+
+impl Merged {
+    fn add(&mut self, sol: &Solution, base: usize) {
+        self.proven = self.proven.max(sol.proven_bound);
+        self.rounds = self.rounds.saturating_add(sol.rounds);
+        self.nodes = self.nodes.saturating_add(sol.nodes);
+        if let Some(status) = sol.search_status {
+            // An infeasible piece makes the whole infeasible; otherwise
+            // the highest piece's status speaks for the whole.
+            let top = base.saturating_add(sol.height);
+            if self.status != Some(SearchStatus::Infeasible)
+                && (status == SearchStatus::Infeasible
+                    || self.status.is_none()
+                    || top >= self.status_height)
+            {
+                self.status = Some(status);
+                self.status_height = top;
+            }
+        }
+    }
+}
+
+/// The whole instance at once (the placers of [`StrategyKind`]), content
+/// with a height of `target`.
+fn solve_whole(
+    items: &[Interval],
+    strategy: &Strategy,
+    start: Instant,
+    target: usize,
+    polish: bool,
+    piece: bool,
+) -> Solution {
+    let bound = lower_bound(items);
+    // A piece whose share of the time cannot pay for every order (about
+    // 25 ns a pair on a 2-core machine) starts from the sweep: thousands
+    // of small pieces must not outlast the time limit.
+    let orders_affordable = !piece || {
+        let pairs = (items.len() * items.len()) as f64;
+        strategy.time_limit.as_secs_f64() > pairs * 25e-9
+    };
     let all_orders = match strategy.kind {
         StrategyKind::Greedy => false,
         StrategyKind::Best => true,
-        StrategyKind::Search | StrategyKind::Auto => items.len() <= AUTO_BEST_MAX,
+        StrategyKind::Search | StrategyKind::Auto => {
+            items.len() <= AUTO_BEST_MAX && orders_affordable
+        }
     };
     let (placer, offsets) = if all_orders {
         best_of_orders(items)
@@ -319,7 +560,8 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
     let goal = match strategy.capacity {
         Some(c) if !strategy.minimize => c.max(floor),
         _ => floor,
-    };
+    }
+    .max(target);
     let searchable = items.iter().filter(|it| !it.is_trivial()).count() <= MAX_BUFFERS;
     let reorders = match strategy.kind {
         StrategyKind::Auto => true,
@@ -339,7 +581,8 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
         // rounds give way to local repair, window by window (a window's
         // cost does not grow with n). Elsewhere the rounds run first and
         // the repair lowers what they leave.
-        let rounds_affordable = round_pairs(items) <= ROUND_PAIRS_MAX;
+        let pairs = round_pairs(items);
+        let rounds_affordable = pairs <= ROUND_PAIRS_MAX;
         if !rounds_affordable && !all_orders {
             // More first placements at the sweep's cost: best fit in
             // start order with long lifetimes started a little earlier
@@ -374,10 +617,30 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
                 placer = None;
             }
         }
+        // Between 2^32 and 2^34 pairs the windows go first and the rounds
+        // get the time they leave: two traces interleaved (95,204 and
+        // 119,206 buffers) stopped at 1.015x after the windows where the
+        // rounds reach the bound.
+        if !rounds_affordable
+            && pairs <= ROUND_PAIRS_LATE_MAX
+            && placed_height > goal
+            && deadline.is_none_or(|d| Instant::now() < d)
+        {
+            let out = reorder(items, offsets.clone(), placer, goal, bound, deadline);
+            if out.height < placed_height {
+                (offsets, placed_height, placer, rounds) =
+                    (out.offsets, out.height, out.placer, out.rounds);
+            }
+        }
     }
+    // The default minimises with the search in the time left when asked
+    // to polish (a piece, or a mid-size instance): MiniMalloc-like pieces,
+    // which best fit leaves 5-40% above their bound, are where it pays.
+    let polishes =
+        polish && searchable && placed_height > goal && start.elapsed() < strategy.time_limit;
     let wants_search = match strategy.kind {
         StrategyKind::Search => true,
-        StrategyKind::Auto => !fits(placed_height),
+        StrategyKind::Auto => !fits(placed_height) || polishes,
         StrategyKind::Greedy | StrategyKind::Best => false,
     };
     let mut solution = Solution {
@@ -414,7 +677,7 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
         solution.nodes = out.nodes;
     }
     solution.elapsed = start.elapsed();
-    Ok(solution)
+    solution
 }
 
 #[cfg(test)]
@@ -444,6 +707,91 @@ mod tests {
             solve(&items, &Strategy::greedy()),
             Err(Error::SizeOverflow { .. })
         ));
+    }
+
+    /// A shadow checker written apart from `validate`: every pair alive
+    /// together, compared directly.
+    fn shadow_overlaps(items: &[Interval], offsets: &[usize]) -> Option<(usize, usize)> {
+        for i in 0..items.len() {
+            for j in 0..i {
+                let (a, b) = (&items[i], &items[j]);
+                let together = a.lower < b.upper && b.lower < a.upper;
+                let share = offsets[i] < offsets[j] + b.size && offsets[j] < offsets[i] + a.size;
+                if together && share && !a.is_trivial() && !b.is_trivial() {
+                    return Some((i, j));
+                }
+            }
+        }
+        None
+    }
+
+    /// A random training-like instance of `n` buffers over `span` steps.
+    fn random_piece(n: usize, span: usize, seed: u64) -> Vec<Interval> {
+        let mut x = seed | 1;
+        let mut next = move |m: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m as u64) as usize
+        };
+        (0..n)
+            .map(|_| {
+                let lower = next(span - 1);
+                let long = next(10) == 0;
+                let len = 1 + next(if long { span } else { 8 });
+                iv(lower, (lower + len).min(span), 1 + next(4096))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pieces_and_repeats_give_valid_placements_as_good_as_one_piece() {
+        for seed in 1..4u64 {
+            let one = random_piece(900, 200, seed);
+            let alone = solve(&one, &Strategy::auto()).unwrap();
+            // Three copies one after the other, and a fourth different
+            // piece: more than AUTO_BEST_MAX buffers, so split.
+            let mut items: Vec<Interval> = (0..3)
+                .flat_map(|k| {
+                    one.iter()
+                        .map(move |it| iv(it.lower + 200 * k, it.upper + 200 * k, it.size))
+                })
+                .collect();
+            let fourth = random_piece(300, 200, seed + 10);
+            let other = solve(&fourth, &Strategy::auto()).unwrap().height;
+            items.extend(
+                fourth
+                    .iter()
+                    .map(|it| iv(it.lower + 600, it.upper + 600, it.size)),
+            );
+            let whole = solve(&items, &Strategy::auto()).unwrap();
+            assert_eq!(shadow_overlaps(&items, &whole.offsets), None, "seed {seed}");
+            assert_eq!(whole.height, height(&items, &whole.offsets));
+            assert!(
+                whole.height <= alone.height.max(other),
+                "seed {seed}: {} vs the pieces {} and {other}",
+                whole.height,
+                alone.height
+            );
+            // The copies' offsets are the same placement.
+            assert_eq!(whole.offsets[..900], whole.offsets[900..1800]);
+            // The same with thin buffers alive throughout (a near split):
+            // still valid, and the thin ones below everything else.
+            let mut near = items.clone();
+            near.extend((0..4).map(|k| iv(k, 800 - k, 1)));
+            let placed = solve(&near, &Strategy::auto()).unwrap();
+            assert_eq!(
+                shadow_overlaps(&near, &placed.offsets),
+                None,
+                "seed {seed} near"
+            );
+            assert!(
+                placed.height <= whole.height + 4,
+                "seed {seed}: {} vs {}",
+                placed.height,
+                whole.height
+            );
+        }
     }
 
     #[test]

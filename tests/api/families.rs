@@ -1,0 +1,104 @@
+//! A small draw of issue 39's instance families (`plan::families`) from
+//! MiniMalloc's A-F and idealloc's G_1, placed by the default strategy:
+//! every placement is checked by a shadow checker written apart from
+//! `placement::validate`, the reported height is the placement's, and
+//! decomposable families (copies one after the other) are placed no worse
+//! than their single copy. No timing is asserted; ratios and times of
+//! larger draws are printed by `cargo run --release --example
+//! plan_families` (docs/planner.md).
+
+use std::time::Duration;
+
+use tensor_arena::plan::families::{self, Base};
+use tensor_arena::plan::minimalloc;
+use tensor_arena::plan::placement::{self, Interval, Strategy};
+
+fn load(path: &str) -> Vec<Interval> {
+    let path = format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
+    minimalloc::parse(&std::fs::read_to_string(&path).unwrap())
+        .unwrap()
+        .buffers
+}
+
+fn bases() -> Vec<Base> {
+    let mut out: Vec<Base> = ["A", "B", "C", "D", "E", "F"]
+        .iter()
+        .map(|n| Base {
+            name: (*n).into(),
+            items: load(&format!("minimalloc/{n}.1048576.csv")),
+        })
+        .collect();
+    out.push(Base {
+        name: "G_1".into(),
+        items: load("idealloc/G_1.csv"),
+    });
+    out
+}
+
+/// Pairs alive together that share a byte, by a sweep over start times
+/// keeping the buffers alive (independent of `validate`).
+fn shadow_overlap(items: &[Interval], offsets: &[usize]) -> Option<(usize, usize)> {
+    let mut order: Vec<usize> = (0..items.len())
+        .filter(|&i| items[i].size > 0 && items[i].lower < items[i].upper)
+        .collect();
+    order.sort_by_key(|&i| items[i].lower);
+    let mut alive: Vec<usize> = Vec::new();
+    for i in order {
+        alive.retain(|&j| items[j].upper > items[i].lower);
+        for &j in &alive {
+            let (a, b) = (offsets[i], offsets[j]);
+            if a < b + items[j].size && b < a + items[i].size {
+                return Some((i, j));
+            }
+        }
+        alive.push(i);
+    }
+    None
+}
+
+#[test]
+fn a_small_draw_places_validly() {
+    let strategy = Strategy::default().with_time_limit(Duration::from_millis(300));
+    let drawn = families::draw(&bases(), 39, 12, 6_000);
+    assert_eq!(drawn.len(), 12);
+    for inst in &drawn {
+        let solution = placement::solve(&inst.items, &strategy).unwrap();
+        assert_eq!(
+            shadow_overlap(&inst.items, &solution.offsets),
+            None,
+            "{}",
+            inst.name
+        );
+        assert_eq!(
+            solution.height,
+            placement::height(&inst.items, &solution.offsets),
+            "{}",
+            inst.name
+        );
+        assert!(solution.height >= placement::lower_bound(&inst.items));
+    }
+}
+
+#[test]
+fn copies_one_after_the_other_are_placed_as_one() {
+    // G_1 alone and 8 copies of it (6,528 buffers, above the size where
+    // the default splits): with a node limit so that neither depends on
+    // the machine's speed, the copies reach the single copy's height.
+    let one = load("idealloc/G_1.csv");
+    let strategy = Strategy::default().with_time_limit(Duration::from_secs(60));
+    let alone = placement::solve(&one, &strategy).unwrap();
+    let eight = families::copies(&one, 8, 1.0);
+    let solution = placement::solve(&eight, &strategy).unwrap();
+    assert_eq!(shadow_overlap(&eight, &solution.offsets), None);
+    assert!(
+        solution.height <= alone.height,
+        "8 copies {} above one {}",
+        solution.height,
+        alone.height
+    );
+    // The copies share the single copy's offsets.
+    assert_eq!(
+        solution.offsets[..one.len()],
+        solution.offsets[one.len()..2 * one.len()]
+    );
+}
