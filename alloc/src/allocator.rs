@@ -831,6 +831,14 @@ impl PlannedAllocator {
                     self.fallback.release_cached(&mut self.backing);
                 }
                 if self.step == self.restart_peaks_at {
+                    // The first step a new plan served has freed what the
+                    // recorded steps (or the old plan's misses) carried
+                    // into it: the pages those blocks held at the plan's
+                    // install, when its trim could not take them, are idle
+                    // now and go back (a bounded number of calls, in a
+                    // step that is not steady; no later plan change may
+                    // come to trim them).
+                    self.backing.trim(TRIM_CALLS);
                     self.counters.plan_peak_live = self.counters.live_bytes;
                     self.counters.plan_peak_reserved = self.backing.current();
                 }

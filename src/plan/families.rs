@@ -270,8 +270,10 @@ mod tests {
         let four = copies(&one, 4, 1.0);
         assert_eq!(lower_bound(&four), 12);
         assert_eq!(four[2], iv(4, 7, 5));
-        // Half a span: two copies alive at once somewhere.
-        assert_eq!(lower_bound(&copies(&one, 4, 0.5)), 24);
+        // Half a span (copy k starts at 2k): at time 3 the second buffer
+        // of copy 0 (7), the first of copy 1 (5) and the second of copy 1
+        // (7) are alive at once: 19, more than one copy's 12.
+        assert_eq!(lower_bound(&copies(&one, 4, 0.5)), 19);
     }
 
     #[test]
