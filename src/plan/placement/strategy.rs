@@ -313,6 +313,11 @@ pub fn solve(items: &[Interval], strategy: &Strategy) -> Result<Solution> {
     Ok(solution)
 }
 
+/// Search nodes the default's polish of a piece or a mid-size instance
+/// may spend when the caller set no node limit (deterministic, unlike the
+/// time left).
+const POLISH_NODES: u64 = 200_000;
+
 /// How deep pieces are split again (a near split's pieces may split
 /// exactly once their crossing buffers are out).
 const MAX_DEPTH: u32 = 3;
@@ -658,11 +663,20 @@ fn solve_whole(
         offsets,
     };
     if wants_search && !(solution.optimal && solution.fits) {
+        // A polish the caller did not ask for is bounded by nodes as well
+        // as by time, so that the same input gives the same placement on a
+        // slower machine (memcheck, a loaded host) and a planner thread is
+        // not held for the whole time limit.
+        let polish_only = strategy.kind == StrategyKind::Auto && fits(placed_height);
+        let node_limit = match strategy.node_limit {
+            None if polish_only => Some(POLISH_NODES),
+            limit => limit,
+        };
         let config = SearchConfig {
             capacity: strategy.capacity,
             minimize: strategy.minimize || strategy.capacity.is_none(),
             time_limit: strategy.time_limit.saturating_sub(start.elapsed()),
-            node_limit: strategy.node_limit,
+            node_limit,
         };
         let out = search(items, Some(&solution.offsets), &config);
         if out.height < solution.height {
