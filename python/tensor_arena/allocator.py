@@ -267,6 +267,10 @@ class PlannedAllocator:
         # ended a step, and backward passes returned since the last boundary.
         self._optimizer_seen = False
         self._backwards = 0
+        # Whether a torch optimizer existed when the second backward
+        # returned (looked up once): a loop that accumulates gradients has
+        # one and steps it after several backwards.
+        self._optimizer_exists = None
         self._backward_patch = None
         _INSTANCE = self
 
@@ -502,8 +506,9 @@ class PlannedAllocator:
 
         ``torch.Tensor.backward`` and ``torch.autograd.backward`` are wrapped:
         once a second backward returns with no optimizer step (nor engine
-        step) since the first, every backward that returns ends the step and
-        opens the next, on the thread that called it. The first optimizer step
+        step) since the first, and no torch optimizer exists then (a loop
+        that accumulates gradients has one), every backward that returns
+        ends the step and opens the next, on the thread that called it. The first optimizer step
         turns this off for good (the optimizer's hook paces the steps). A
         script that updates its parameters by hand (``p.data.add_(p.grad,
         alpha=-lr)``) is then planned like one with an optimizer.
@@ -523,7 +528,9 @@ class PlannedAllocator:
             if alloc._engine_steps or alloc._engine_depth:
                 return
             alloc._backwards += 1
-            if alloc._backwards >= 2 and alloc._in_step:
+            if alloc._backwards == 2 and alloc._optimizer_exists is None:
+                alloc._optimizer_exists = _an_optimizer_exists()
+            if alloc._backwards >= 2 and alloc._in_step and not alloc._optimizer_exists:
                 alloc.end_step()
                 alloc.begin_step()
 
@@ -715,3 +722,15 @@ class PlannedAllocator:
     def __repr__(self):
         state = "installed" if self._installed else "not installed"
         return f"PlannedAllocator({self.device!r}, {state}, library={self._lib.path!r})"
+
+
+def _an_optimizer_exists():
+    """Whether any ``torch.optim.Optimizer`` is alive (one scan of the
+    collector's objects, made once per allocator): a loop that accumulates
+    gradients over several backwards before its optimizer's first step has
+    one, a script that updates its parameters by hand has none."""
+    import gc
+
+    import torch
+
+    return any(isinstance(o, torch.optim.Optimizer) for o in gc.get_objects())
