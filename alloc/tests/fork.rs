@@ -6,48 +6,20 @@
 //! waits for it a bounded time (waitpid with WNOHANG), then kills it and
 //! fails. One process-wide allocator: the tests take turns.
 
-use std::ffi::{CString, c_char};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tensor_arena_alloc::ffi::*;
 
+#[path = "support/c_abi.rs"]
+mod c_abi;
+use c_abi::{configure, last_error, stats};
+
 static TURN: Mutex<()> = Mutex::new(());
 
 /// How long a child may take before it counts as hung.
 const CHILD_LIMIT: Duration = Duration::from_secs(20);
-
-fn configure(json: &str) {
-    assert_eq!(tensor_arena_reset(), 0, "{}", last_error());
-    let c = CString::new(json).unwrap();
-    // SAFETY: a NUL-terminated string.
-    assert_eq!(unsafe { tensor_arena_configure(c.as_ptr()) }, 0);
-}
-
-fn read(f: unsafe extern "C" fn(*mut c_char, usize) -> usize) -> String {
-    // SAFETY: a null buffer with capacity 0 only asks for the length.
-    let mut n = unsafe { f(std::ptr::null_mut(), 0) };
-    loop {
-        // (Room to spare: the text may grow between the calls.)
-        let mut buf = vec![0u8; n + 64];
-        // SAFETY: `buf` holds its length in writable bytes.
-        let m = unsafe { f(buf.as_mut_ptr().cast(), buf.len()) };
-        if m < buf.len() {
-            buf.truncate(m);
-            return String::from_utf8(buf).unwrap();
-        }
-        n = m;
-    }
-}
-
-fn last_error() -> String {
-    read(tensor_arena_last_error)
-}
-
-fn stats() -> serde_json::Value {
-    serde_json::from_str(&read(tensor_arena_stats_json)).unwrap()
-}
 
 /// Forks; the child runs `body` and exits with its code (never returns
 /// into the test harness). The parent gets the child's pid.
