@@ -1216,6 +1216,11 @@ impl PlannedAllocator {
             checked: self.checked,
             // A re-plan tries to fit the region it would take over.
             region: self.slab.as_ref().map(|s| s.region_bytes as u64),
+            held: self
+                .slab
+                .as_ref()
+                .map(|s| s.held_before(self.step))
+                .unwrap_or_default(),
         };
         let requests: usize = steps.iter().map(|s| s.requests.len()).sum();
         if requests >= self.config.background_plan_requests as usize {
@@ -1541,6 +1546,8 @@ struct PlanJob {
     checked: bool,
     /// The region a re-plan tries to fit.
     region: Option<u64>,
+    /// Offsets of that region held by blocks kept past their step.
+    held: Vec<(u64, u64)>,
 }
 
 impl PlanJob {
@@ -1569,7 +1576,10 @@ impl PlanJob {
             self.pad,
             self.checked,
             PLACEMENT_TIME_LIMIT,
-            self.region,
+            site_plan::Room {
+                capacity: self.region,
+                held: &self.held,
+            },
         );
         // A growing run: the latest step's own plan when the merged one is
         // much taller (allocator/growth.rs).

@@ -86,6 +86,7 @@ mod site_plan;
 mod slab;
 pub mod space;
 mod stats;
+mod step_conflicts;
 pub mod trace;
 
 pub use align::{Shape, WINDOW};

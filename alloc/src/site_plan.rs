@@ -10,6 +10,7 @@ use crate::align::{self, Shape};
 use crate::merge::Merger;
 use crate::record::{Life as RequestLife, StepRecord};
 use crate::request_phase::RequestPhase;
+use crate::step_conflicts;
 
 /// The slot granule: torch's block rounding and the plan's offset
 /// alignment.
@@ -158,6 +159,10 @@ pub struct SitePlan {
     pub optimal: bool,
     /// Wall time of the placement, in seconds.
     pub placement_seconds: f64,
+    /// The platform's pad its slots were made with.
+    pub pad: u64,
+    /// Whether its slots have guards (checked mode).
+    pub checked: bool,
     /// The merge of its steps it was made from: a re-plan folds the steps
     /// this plan served into it ([`crate::merge`]).
     pub merged: Merger,
@@ -211,11 +216,24 @@ pub fn shapes_change(steps: &[&StepRecord]) -> bool {
     })
 }
 
+/// Where a plan goes: the region a re-plan would take over.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Room<'a> {
+    /// Bytes of that region, which the placement tries to fit.
+    pub capacity: Option<u64>,
+    /// Offsets `(start, end)` in it that blocks kept past their step hold
+    /// and will go on holding: no site is placed over them (where the
+    /// steps' conflicts place the sites, [`crate::step_conflicts`]).
+    pub held: &'a [(u64, u64)],
+}
+
 /// Plans `steps` (oldest first, `latest` the last ended step) from their
 /// merge `merged` ([`Merger::restrict`] of exactly these steps, in this
 /// order): each site sized by the largest request it took and alive from
 /// its position to the latest point any step freed it, in the merged
-/// order.
+/// order; placed by those lifetimes, or by the conflicts and sizes each
+/// recorded step had ([`crate::step_conflicts`]) where that is lower or
+/// `room` names bytes kept blocks hold.
 pub fn plan(
     steps: &[&StepRecord],
     merged: Merger,
@@ -223,8 +241,9 @@ pub fn plan(
     pad: u64,
     checked: bool,
     time_limit: Duration,
-    capacity: Option<u64>,
+    room: Room<'_>,
 ) -> SitePlan {
+    let capacity = room.capacity;
     let shapes: Vec<Shape> = merged.shapes().to_vec();
     let maps: Vec<Vec<u32>> = merged.maps().map(<[u32]>::to_vec).collect();
     // Each phase's sites, in site order, and where each phase's cursor
@@ -346,6 +365,8 @@ pub fn plan(
     let cut = least_crossed_cut(n, &circular, planned_size);
     let mut intervals = Vec::with_capacity(n);
     let mut sites = Vec::with_capacity(n);
+    let mut first_slot = Vec::with_capacity(n);
+    let mut doubled_site = Vec::with_capacity(n);
     for (i, (shape, life)) in shapes.iter().zip(&lives).enumerate() {
         // A site whose size changed between the recorded steps follows a
         // changing shape (a sequence length): it gets room to grow, the
@@ -382,6 +403,8 @@ pub fn plan(
             upper: upper.max(lower + 1),
             size: if live { slot as usize } else { 0 },
         };
+        first_slot.push(intervals.len());
+        doubled_site.push(doubled);
         intervals.push(interval);
         if doubled {
             intervals.push(interval);
@@ -425,7 +448,6 @@ pub fn plan(
         // stacking every slot is still a correct plan.
         Err(_) => (stacked(&intervals), false),
     };
-    let placement_seconds = start.elapsed().as_secs_f64();
     // The placement is checked, not trusted (up to a size where the check
     // stays quick; the serving path's live-overlap check is the safety net
     // either way).
@@ -436,16 +458,35 @@ pub fn plan(
     } else {
         stacked(&intervals)
     };
+    // Merged lifetimes overlap where no recorded step had both blocks
+    // alive, at each site's largest size: placed by the steps' own
+    // conflicts and sizes, the slab is often lower (step_conflicts.rs).
+    // The lower of the two is kept; where blocks kept past their step
+    // hold bytes of the region, the steps' placement, which leaves them
+    // alone.
+    let slots = step_conflicts::SlotsOf {
+        first: &first_slot,
+        doubled: &doubled_site,
+    };
+    let recorded = step_conflicts::Recorded {
+        steps,
+        maps: &maps,
+        latest,
+        pad,
+        checked,
+    };
+    let (offsets, optimal) =
+        match step_conflicts::place(&intervals, &slots, &recorded, &offsets, room.held) {
+            Some((by_steps, height))
+                if !room.held.is_empty() || height < placement::height(&intervals, &offsets) =>
+            {
+                (by_steps, false)
+            }
+            _ => (offsets, optimal),
+        };
+    let placement_seconds = start.elapsed().as_secs_f64();
     let slab_bytes = placement::height(&intervals, &offsets) as u64;
-    // Intervals are in site order, a doubled site's second slot right
-    // after its first.
-    let mut next = offsets.iter();
-    for site in &mut sites {
-        site.offset = next.next().map_or(0, |&o| o as u64);
-        if site.alternate.is_some() {
-            site.alternate = next.next().map(|&o| o as u64);
-        }
-    }
+    assign(&mut sites, &offsets);
     // Serving never checks the slab's bounds: every slot must lie inside.
     let inside = |s: &Site| {
         s.unplanned.is_some()
@@ -453,14 +494,7 @@ pub fn plan(
                 && s.alternate.is_none_or(|a| a + s.slot <= slab_bytes))
     };
     if !sites.iter().all(inside) {
-        let offsets = stacked(&intervals);
-        let mut next = offsets.iter();
-        for site in &mut sites {
-            site.offset = next.next().map_or(0, |&o| o as u64);
-            if site.alternate.is_some() {
-                site.alternate = next.next().map(|&o| o as u64);
-            }
-        }
+        assign(&mut sites, &stacked(&intervals));
     }
     let slab_bytes = slab_bytes.max(
         sites
@@ -482,10 +516,24 @@ pub fn plan(
         entries,
         optimal,
         placement_seconds,
+        pad,
+        checked,
         merged,
         id: 0,
         merged_requests: 0,
         aligned_requests: 0,
+    }
+}
+
+/// Sets each site's offsets from `offsets`, one per interval: intervals
+/// are in site order, a doubled site's second slot right after its first.
+fn assign(sites: &mut [Site], offsets: &[usize]) {
+    let mut next = offsets.iter();
+    for site in sites {
+        site.offset = next.next().map_or(0, |&o| o as u64);
+        if site.alternate.is_some() {
+            site.alternate = next.next().map(|&o| o as u64);
+        }
     }
 }
 
@@ -627,7 +675,15 @@ mod tests {
         let steps = [make(1, 1), make(2, 1)];
         let refs: Vec<&StepRecord> = steps.iter().collect();
         let merged = Merger::new().restrict(&refs);
-        let plan = plan(&refs, merged, 3, 0, false, Duration::from_secs(1), None);
+        let plan = plan(
+            &refs,
+            merged,
+            3,
+            0,
+            false,
+            Duration::from_secs(1),
+            Room::default(),
+        );
         assert!(holds(&plan, &make(3, 1)));
         assert!(!holds(&plan, &make(3, 2)), "every request larger");
         // One request inserted that fits no site.
@@ -638,6 +694,154 @@ mod tests {
         let mut short = make(3, 1);
         short.requests.remove(2);
         assert!(holds(&plan, &short));
+    }
+
+    /// Whether each of `steps`, with its own sizes, has no two blocks
+    /// alive at once whose bytes overlap under `plan` (the serving path's
+    /// check, done by hand).
+    fn each_step_fits(plan: &SitePlan, steps: &[StepRecord]) -> bool {
+        let maps: Vec<Vec<u32>> = plan.merged.maps().map(<[u32]>::to_vec).collect();
+        steps.iter().zip(&maps).all(|(rec, map)| {
+            let n = rec.requests.len();
+            let blocks: Vec<(usize, usize, u64, u64)> = rec
+                .requests
+                .iter()
+                .enumerate()
+                .map(|(k, r)| {
+                    let end = match r.life(rec.step, 99) {
+                        RequestLife::InStep(c) => c as usize,
+                        _ => n,
+                    };
+                    let site = &plan.sites[map[k] as usize];
+                    (
+                        k,
+                        end,
+                        site.offset,
+                        site.offset + slot_for(r.size, 0, false),
+                    )
+                })
+                .collect();
+            blocks.iter().all(|a| {
+                blocks.iter().all(|b| {
+                    std::ptr::eq(a, b) || a.1 <= b.0 || b.1 <= a.0 || a.3 <= b.2 || b.3 <= a.2
+                })
+            })
+        })
+    }
+
+    #[test]
+    fn steps_of_two_shapes_share_bytes_their_merged_lifetimes_keep_apart() {
+        // Step A: a large block freed at once, then a large one and a
+        // small one to the end. Step B: the first block small and alive
+        // to the end. Merged, the first site is large and alive to the
+        // end: at least two large slots stacked; each step alone needs
+        // one large slot and a small one.
+        let make = |s: u64, first: u64, first_until: u32| StepRecord {
+            step: s,
+            requests: vec![
+                req(first, Some((s, first_until))),
+                req(64_000, Some((s, 3))),
+                req(512, Some((s, 3))),
+            ],
+            ..StepRecord::default()
+        };
+        let steps = [
+            make(1, 64_000, 1),
+            make(2, 512, 3),
+            make(3, 64_000, 1),
+            make(4, 512, 3),
+        ];
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        let merged = Merger::new().restrict(&refs);
+        let plan = plan(
+            &refs,
+            merged,
+            5,
+            0,
+            false,
+            Duration::from_secs(1),
+            Room::default(),
+        );
+        assert!(
+            plan.slab_bytes < 2 * 64_000,
+            "slab {} for steps that need one large slot",
+            plan.slab_bytes
+        );
+        assert!(plan.slab_bytes >= plan.lower_bound);
+        assert!(each_step_fits(&plan, &steps));
+    }
+
+    #[test]
+    fn a_plan_leaves_the_bytes_kept_blocks_hold_alone() {
+        let steps: Vec<StepRecord> = (1..=3)
+            .map(|s| StepRecord {
+                step: s,
+                requests: vec![req(4096, Some((s, 2))), req(8192, Some((s, 2)))],
+                ..StepRecord::default()
+            })
+            .collect();
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        let held = [(0u64, 512u64), (6144, 7168)];
+        let merged = Merger::new().restrict(&refs);
+        let room = Room {
+            capacity: None,
+            held: &held,
+        };
+        let plan = plan(&refs, merged, 4, 0, false, Duration::from_secs(1), room);
+        for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
+            for &(start, end) in &held {
+                assert!(
+                    s.offset + s.slot <= start || end <= s.offset,
+                    "{s:?} over held [{start}, {end})"
+                );
+            }
+        }
+        assert!(each_step_fits(&plan, &steps));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Steps of one request count with their own sizes and frees: the
+        /// plan holds each of them with its own sizes (the serving path's
+        /// overlap check would refuse nothing) and leaves held bytes alone.
+        #[test]
+        fn every_recorded_step_fits_with_its_own_sizes(
+            n in 2usize..14,
+            count in 1usize..5,
+            seed in proptest::prelude::any::<u64>(),
+            held_at in 0u64..64,
+        ) {
+            let mut x = seed | 1;
+            let mut next = |m: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % m
+            };
+            let steps: Vec<StepRecord> = (1..=count as u64)
+                .map(|s| StepRecord {
+                    step: s,
+                    requests: (0..n)
+                        .map(|k| {
+                            let until = k as u32 + 1 + next((n - k) as u64) as u32;
+                            req(512 * (1 + next(40)), Some((s, until)))
+                        })
+                        .collect(),
+                    ..StepRecord::default()
+                })
+                .collect();
+            let refs: Vec<&StepRecord> = steps.iter().collect();
+            let held = [(held_at * 512, held_at * 512 + 1024)];
+            let merged = Merger::new().restrict(&refs);
+            let room = Room { capacity: None, held: &held };
+            let plan = plan(&refs, merged, count as u64 + 1, 0, false, Duration::from_secs(1), room);
+            proptest::prop_assert!(each_step_fits(&plan, &steps));
+            for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
+                proptest::prop_assert!(s.offset + s.slot <= plan.slab_bytes);
+                proptest::prop_assert!(s.offset + s.slot <= held[0].0 || held[0].1 <= s.offset);
+            }
+        }
     }
 
     #[test]
@@ -673,7 +877,15 @@ mod tests {
             .collect();
         let refs: Vec<&StepRecord> = steps.iter().collect();
         let merged = Merger::new().restrict(&refs);
-        let plan = plan(&refs, merged, 3, 0, true, Duration::from_secs(1), None);
+        let plan = plan(
+            &refs,
+            merged,
+            3,
+            0,
+            true,
+            Duration::from_secs(1),
+            Room::default(),
+        );
         assert!(plan.sites[1].alternate.is_some());
         assert_eq!(plan.sites[2].unplanned, Some(Unplanned::Outlives));
         assert_eq!(plan.sites[2].alternate, None);

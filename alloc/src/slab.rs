@@ -179,13 +179,24 @@ impl PlannedSlab {
     /// regions.
     fn live_as_carried(&self) -> Vec<(u64, u64, Origin, u64)> {
         let mut carried: Vec<(u64, u64, Origin, u64)> = self.carried.clone();
-        for (p, &(offset, end, _)) in self.by_offset.iter().enumerate() {
+        for (p, &(offset, _, _)) in self.by_offset.iter().enumerate() {
             if self.live.contains(p) {
                 let (origin, size) = self.live_block[p];
-                carried.push((offset, end, origin, size));
+                carried.push((offset, self.block_end(p), origin, size));
             }
         }
         carried
+    }
+
+    /// The slab offsets `(start, end)` of live blocks made before step
+    /// `step` (kept past their own step: a kept loss, a block a miss put
+    /// in a gap), which a plan taking this region over must leave alone.
+    pub fn held_before(&self, step: u64) -> Vec<(u64, u64)> {
+        self.live_as_carried()
+            .into_iter()
+            .filter(|&(_, _, origin, _)| origin.step < step)
+            .map(|(start, end, _, _)| (start, end))
+            .collect()
     }
 
     /// Whether the slab is one region (it can grow in place).
@@ -396,25 +407,33 @@ impl PlannedSlab {
         if self.straddles[pos] {
             return Err(Refusal::Straddle);
         }
-        if let Some(p) = self.live.predecessor(self.end_bound[pos] as usize)
-            && self.by_offset[p].1 > offset
+        // The bytes the block takes, not its slot's: a plan places sites
+        // by the sizes the recorded steps had (step_conflicts.rs), so a
+        // smaller block may sit right under a site its slot would reach.
+        let taken = self.extent(size, end - offset);
+        let bound = if taken == end - offset {
+            self.end_bound[pos] as usize
+        } else {
+            self.by_offset
+                .partition_point(|&(o, _, _)| o < offset + taken)
+        };
+        if let Some(p) = self.live.predecessor(bound)
+            && self.block_end(p) > offset
         {
             return Err(Refusal::Overlap);
         }
         if self
             .carried
             .iter()
-            .any(|&(o, e, _, _)| o < end && offset < e)
+            .any(|&(o, e, _, _)| o < offset + taken && offset < e)
         {
             return Err(Refusal::Overlap);
         }
-        let addr = self
-            .address(offset, end - offset)
-            .ok_or(Refusal::Straddle)?;
+        let addr = self.address(offset, taken).ok_or(Refusal::Straddle)?;
         self.live.insert(pos);
         self.live_block[pos] = (origin, size);
         self.live_count += 1;
-        Ok((addr, end - offset))
+        Ok((addr, taken))
     }
 
     /// Places a block of `slot` bytes (`size` asked for) for `origin` in
@@ -429,7 +448,7 @@ impl PlannedSlab {
                 .iter()
                 .enumerate()
                 .filter(|(p, _)| self.live.contains(*p))
-                .map(|(_, &(o, e, _))| (o, e)),
+                .map(|(p, &(o, _, _))| (o, self.block_end(p))),
         );
         // Region boundaries are walls: a gap never spans two regions.
         live.extend(self.pieces.iter().skip(1).map(|&(o, _, _)| (o, o)));
@@ -473,16 +492,33 @@ impl PlannedSlab {
             }
         }
         let pos = self.live_position_at(addr)?;
+        let end = self.block_end(pos);
         self.live.remove(pos);
         self.live_count -= 1;
         let (origin, size) = self.live_block[pos];
-        let (o, e, site) = self.by_offset[pos];
+        let (o, _, site) = self.by_offset[pos];
         Some(SlabBlock {
             site: Some(site as usize),
             origin,
             size,
-            slot: e - o,
+            slot: end - o,
         })
+    }
+
+    /// Bytes a block of `size` takes in a slot of `slot` bytes: its own
+    /// slot size (granules, pad and guard), at least a granule, at most
+    /// the slot.
+    fn extent(&self, size: u64, slot: u64) -> u64 {
+        crate::site_plan::slot_for(size, self.plan.pad, self.plan.checked)
+            .max(crate::site_plan::GRANULE)
+            .min(slot)
+    }
+
+    /// Where the live block at position `p` ends (its bytes, not its
+    /// slot's).
+    fn block_end(&self, p: usize) -> u64 {
+        let (offset, end, _) = self.by_offset[p];
+        offset + self.extent(self.live_block[p].1, end - offset)
     }
 
     /// The position of the live slot whose block starts at `addr`.
@@ -510,7 +546,7 @@ impl PlannedSlab {
             .iter()
             .enumerate()
             .filter(|(p, _)| self.live.contains(*p))
-            .map(|(p, &(offset, end, _))| (offset, end - offset, self.live_block[p].1));
+            .map(|(p, &(offset, _, _))| (offset, self.block_end(p) - offset, self.live_block[p].1));
         carried.chain(planned)
     }
 
@@ -551,12 +587,12 @@ impl PlannedSlab {
         }
         let p = self.live_position_at(addr)?;
         let (origin, size) = self.live_block[p];
-        let (o, e, site) = self.by_offset[p];
+        let (o, _, site) = self.by_offset[p];
         Some(SlabBlock {
             site: Some(site as usize),
             origin,
             size,
-            slot: e - o,
+            slot: self.block_end(p) - o,
         })
     }
 }

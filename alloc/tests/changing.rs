@@ -285,3 +285,47 @@ fn a_plan_that_grows_grows_its_region_in_place() {
     }
     assert_eq!(a.live_blocks(), 0);
 }
+
+/// Two kinds of step in turn: in one the first block is large and freed
+/// at once, in the other it is small and lives to the end beside the
+/// large one. Merged, the first site would be large and alive to the end
+/// (two large slots stacked); placed by each step's own conflicts and
+/// sizes the slab holds one large slot and small ones, and every request
+/// of a planned step is served from it (the overlap check compares the
+/// blocks' own bytes, not their slots').
+#[test]
+fn steps_of_two_shapes_are_served_from_a_slab_that_holds_one_large_block() {
+    const LARGE: usize = 256 << 10;
+    let mut a = cpu("");
+    let run = |a: &mut PlannedAllocator, large_first: bool| {
+        a.step_begin().unwrap();
+        let first = a
+            .alloc(if large_first { LARGE } else { 4096 }, 0, 0)
+            .unwrap();
+        if large_first {
+            a.free(first);
+        }
+        let y = a.alloc(LARGE, 0, 0).unwrap();
+        let z = a.alloc(4096, 0, 0).unwrap();
+        a.free(z);
+        a.free(y);
+        if !large_first {
+            a.free(first);
+        }
+        a.step_end().unwrap();
+    };
+    for i in 0..8 {
+        run(&mut a, i % 2 == 0);
+    }
+    let before = a.stats();
+    for i in 0..8 {
+        run(&mut a, i % 2 == 0);
+    }
+    let s = a.stats();
+    assert_eq!(
+        s.served_from_plan - before.served_from_plan,
+        s.requests_after_warmup - before.requests_after_warmup,
+        "{s:?}"
+    );
+    assert!(s.slab_bytes > 0 && s.slab_bytes < 2 * LARGE as u64, "{s:?}");
+}

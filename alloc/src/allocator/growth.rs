@@ -138,7 +138,10 @@ pub(super) fn latest_alone(
         job.pad,
         job.checked,
         PLACEMENT_TIME_LIMIT,
-        job.region,
+        site_plan::Room {
+            capacity: job.region,
+            held: &job.held,
+        },
     );
     let largest = alone.lower_bound >= plan.lower_bound;
     let loose = plan.slab_bytes.saturating_mul(LOOSE.1) > alone.slab_bytes.saturating_mul(LOOSE.0);

@@ -1,0 +1,322 @@
+//! Sites placed by the conflicts the recorded steps had, rather than by
+//! their lifetimes in the merged order.
+//!
+//! A plan's sites live, in the merged order of the recorded steps, from
+//! their position to the latest point any step freed them. When the
+//! steps differ (random shapes, masks, accumulation, eval passes), those
+//! unions of lifetimes overlap where no step had both blocks alive: on
+//! the generated loops of issue 38 one recorded step's own sizes laid on
+//! the merged lifetimes needed up to 1.56x that step's own live peak, the
+//! largest share of the "slab over-provisioned" excess.
+//!
+//! Here two sites conflict only if some recorded step had both alive at
+//! once, in that step's own order of requests (blocks carried into the
+//! next step counted there). Sites are placed first-fit on that conflict
+//! graph. The placement holds every recorded step by construction; a
+//! later step that pairs two sites no recorded step paired is caught by
+//! the slab's live-overlap check (a miss, never aliasing).
+//!
+//! Sites whose instances the record cannot pin to one step's order (a
+//! doubled site's two slots, a block whose freeing step was not recorded
+//! and no other step shows) keep the merged lifetime's conflicts:
+//! conservative, as before.
+
+use tensor_arena::plan::placement::Interval;
+
+use crate::record::{Life, StepRecord};
+use crate::site_plan::slot_for;
+
+/// The most slots placed this way: the separations are a dense `n * n`
+/// matrix (16 MiB at this size, while the plan is made); larger plans
+/// keep the interval placement.
+pub const MAX_SLOTS: usize = 2048;
+
+/// For each ordered pair of slots `(a, b)` that some recorded step had
+/// alive at once: the most bytes `a` took in such a step, which is what
+/// `a` needs below `b` when placed under it (`0`: no conflict).
+struct Separations {
+    n: usize,
+    below: Vec<u64>,
+}
+
+impl Separations {
+    fn new(n: usize) -> Separations {
+        Separations {
+            n,
+            below: vec![0; n * n],
+        }
+    }
+
+    /// `a` (of `bytes_a` in this step) and `b` (of `bytes_b`) alive at
+    /// once.
+    fn add(&mut self, a: usize, bytes_a: u64, b: usize, bytes_b: u64) {
+        if a == b {
+            return;
+        }
+        let ab = &mut self.below[a * self.n + b];
+        *ab = (*ab).max(bytes_a);
+        let ba = &mut self.below[b * self.n + a];
+        *ba = (*ba).max(bytes_b);
+    }
+
+    /// Every pair alive at once on one timeline of `(lower, upper, slot,
+    /// bytes)` (half-open).
+    fn add_timeline(&mut self, lives: &mut [(usize, usize, usize, u64)]) {
+        lives.sort_unstable();
+        let mut active: Vec<(usize, usize, u64)> = Vec::new();
+        for &(lower, upper, slot, bytes) in lives.iter() {
+            active.retain(|&(end, _, _)| end > lower);
+            for &(_, other, other_bytes) in &active {
+                self.add(slot, bytes, other, other_bytes);
+            }
+            active.push((upper, slot, bytes));
+        }
+    }
+
+    /// First-fit offsets in `order`: each slot at the lowest offset where
+    /// it keeps its separation from every placed slot it conflicts with;
+    /// the height counts whole slots (`slots`: what a request up to the
+    /// site's capacity takes).
+    fn first_fit(
+        &self,
+        slots: &[u64],
+        order: &[usize],
+        held: &[(u64, u64)],
+    ) -> (Vec<usize>, usize) {
+        const UNPLACED: u64 = u64::MAX;
+        let mut offsets = vec![UNPLACED; self.n];
+        // Offsets `x` with `start < x < end` are refused.
+        let mut refused: Vec<(i128, i128)> = Vec::new();
+        let mut height = 0u64;
+        for &i in order {
+            refused.clear();
+            for (j, &off) in offsets.iter().enumerate() {
+                let (under, over) = (self.below[i * self.n + j], self.below[j * self.n + i]);
+                if off == UNPLACED || under == 0 || over == 0 {
+                    continue;
+                }
+                refused.push((
+                    i128::from(off) - i128::from(under),
+                    i128::from(off) + i128::from(over),
+                ));
+            }
+            // Bytes kept blocks hold: no request at this site may reach
+            // them.
+            for &(start, end) in held {
+                if slots[i] > 0 {
+                    refused.push((i128::from(start) - i128::from(slots[i]), i128::from(end)));
+                }
+            }
+            refused.sort_unstable();
+            let mut at: i128 = 0;
+            for &(start, end) in &refused {
+                if at <= start {
+                    break;
+                }
+                at = at.max(end);
+            }
+            let at = at as u64;
+            offsets[i] = at;
+            height = height.max(at + slots[i]);
+        }
+        (
+            offsets.into_iter().map(|o| o as usize).collect(),
+            height as usize,
+        )
+    }
+
+    /// Whether every conflicting pair keeps its separation.
+    fn holds(&self, offsets: &[usize]) -> bool {
+        (0..self.n).all(|a| {
+            (0..self.n).all(|b| {
+                let (ab, ba) = (self.below[a * self.n + b], self.below[b * self.n + a]);
+                ab == 0
+                    || ba == 0
+                    || offsets[a] as u64 + ab <= offsets[b] as u64
+                    || offsets[b] as u64 + ba <= offsets[a] as u64
+            })
+        })
+    }
+}
+
+/// How each slot of a plan relates to the recorded steps: for each site,
+/// its first slot's index and whether it has a second (doubled) one.
+pub struct SlotsOf<'a> {
+    /// Per site: its first slot's index in the intervals.
+    pub first: &'a [usize],
+    /// Per site: whether it is doubled (two slots).
+    pub doubled: &'a [bool],
+}
+
+/// The recorded steps a plan is made from.
+#[derive(Clone, Copy)]
+pub struct Recorded<'a> {
+    /// The steps, oldest first.
+    pub steps: &'a [&'a StepRecord],
+    /// Per step, per request: its site.
+    pub maps: &'a [Vec<u32>],
+    /// The last step that ended.
+    pub latest: u64,
+    /// The platform's pad.
+    pub pad: u64,
+    /// Whether slots have guards.
+    pub checked: bool,
+}
+
+/// Offsets for `intervals` (the plan's slots, in merged order, each
+/// site's slots at `slots.first`) that hold each of `steps` (their
+/// requests' sites in `maps`), and their height; `None` when there are
+/// too many slots. `given` is a placement of `intervals` by their merged
+/// lifetimes (where the steps' conflicts are among the merged lifetimes'
+/// and nothing is `held`, the result is never higher). No slot overlaps
+/// a `held` range. Only slots with a size take room.
+pub fn place(
+    intervals: &[Interval],
+    slots: &SlotsOf<'_>,
+    recorded: &Recorded<'_>,
+    given: &[usize],
+    held: &[(u64, u64)],
+) -> Option<(Vec<usize>, usize)> {
+    let Recorded {
+        steps,
+        maps,
+        latest,
+        pad,
+        checked,
+    } = *recorded;
+    let n = intervals.len();
+    if n > MAX_SLOTS || n == 0 || given.len() != n {
+        return None;
+    }
+    let sites = slots.first.len();
+    let mut seps = Separations::new(n);
+    // Sites pinned to no step's order: the merged lifetime's conflicts.
+    let mut merged = vec![false; sites];
+    for (j, &d) in slots.doubled.iter().enumerate() {
+        merged[j] = d;
+    }
+    // The latest clock of the next step at which each site's block was
+    // freed, where a step showed it (for a step whose next step was not
+    // recorded: the block is taken to wrap as the others did).
+    let mut wrap: Vec<Option<u32>> = vec![None; sites];
+    for (s, rec) in steps.iter().enumerate() {
+        let next_recorded = steps.iter().any(|r| r.step == rec.step + 1);
+        for (k, req) in rec.requests.iter().enumerate() {
+            let Some(&j) = maps[s].get(k) else { continue };
+            if let Life::NextStep(clock) = req.life(rec.step, latest)
+                && next_recorded
+            {
+                let w = &mut wrap[j as usize];
+                *w = Some(w.map_or(clock, |c| c.max(clock)));
+            }
+        }
+    }
+    let mut timelines: Vec<Vec<(usize, usize, usize, u64)>> = vec![Vec::new(); steps.len()];
+    for (s, rec) in steps.iter().enumerate() {
+        let len = rec.requests.len();
+        let next = steps.iter().position(|r| r.step == rec.step + 1);
+        for (k, req) in rec.requests.iter().enumerate() {
+            let Some(&j) = maps[s].get(k) else { continue };
+            let j = j as usize;
+            let Some(&slot) = slots.first.get(j) else {
+                continue;
+            };
+            if merged[j] || intervals[slot].size == 0 {
+                continue;
+            }
+            let bytes = slot_for(req.size, pad, checked).min(intervals[slot].size as u64);
+            // Where this block lives on into a next step's frame, and to
+            // which of its clocks.
+            let mut into: Option<(usize, u32)> = None;
+            match req.life(rec.step, latest) {
+                Life::InStep(clock) => {
+                    timelines[s].push((k, (clock as usize).max(k + 1), slot, bytes));
+                }
+                Life::NextStep(clock) => {
+                    timelines[s].push((k, len.max(k + 1), slot, bytes));
+                    match next {
+                        Some(t) => into = Some((t, clock)),
+                        None => match wrap[j] {
+                            // As the recorded steps did, in this step's
+                            // frame (the loop repeats).
+                            Some(c) => into = Some((s, c.max(clock))),
+                            None => merged[j] = true,
+                        },
+                    }
+                }
+                Life::Unknown => {
+                    timelines[s].push((k, len.max(k + 1), slot, bytes));
+                    match wrap[j] {
+                        Some(c) => into = Some((s, c)),
+                        None => merged[j] = true,
+                    }
+                }
+                // A kept block has no slot (the site is unplanned).
+                Life::Kept => merged[j] = true,
+            }
+            if let Some((frame, clock)) = into
+                && clock > 0
+            {
+                timelines[frame].push((0, clock as usize, slot, bytes));
+            }
+        }
+    }
+    for timeline in &mut timelines {
+        seps.add_timeline(timeline);
+    }
+    // The conservative sites: every slot their merged lifetime overlaps.
+    for (j, &m) in merged.iter().enumerate() {
+        if !m {
+            continue;
+        }
+        let count = 1 + usize::from(slots.doubled[j]);
+        for a in slots.first[j]..slots.first[j] + count {
+            let ia = intervals[a];
+            for (b, ib) in intervals.iter().enumerate() {
+                if ia.size > 0 && ib.size > 0 && ia.lower < ib.upper && ib.lower < ia.upper {
+                    seps.add(a, ia.size as u64, b, ib.size as u64);
+                }
+            }
+        }
+    }
+    // A merged (conservative) slot keeps its whole slot from every slot
+    // it met, in both directions: the pass above set its own side only
+    // where it met a slot whose steps were seen.
+    for (j, &m) in merged.iter().enumerate() {
+        if !m {
+            continue;
+        }
+        let count = 1 + usize::from(slots.doubled[j]);
+        for a in slots.first[j]..slots.first[j] + count {
+            for b in 0..n {
+                if seps.below[a * n + b] > 0 || seps.below[b * n + a] > 0 {
+                    let (sa, sb) = (intervals[a].size as u64, intervals[b].size as u64);
+                    seps.below[a * n + b] = sa;
+                    seps.below[b * n + a] = sb;
+                }
+            }
+        }
+    }
+    let sizes: Vec<usize> = intervals.iter().map(|it| it.size).collect();
+    let whole: Vec<u64> = sizes.iter().map(|&s| s as u64).collect();
+    // Three orders, the lower height kept: the interval placement's
+    // offsets (each slot then lands at or below where that placement put
+    // it, when its conflicts are among the merged lifetimes'), largest
+    // first (the classic greedy by size), and by start in the merged
+    // order.
+    let mut by_offset: Vec<usize> = (0..n).collect();
+    by_offset.sort_by_key(|&i| (given[i], i));
+    let mut by_size: Vec<usize> = (0..n).collect();
+    by_size.sort_by_key(|&i| (std::cmp::Reverse(sizes[i]), intervals[i].lower, i));
+    let mut by_start: Vec<usize> = (0..n).collect();
+    by_start.sort_by_key(|&i| (intervals[i].lower, std::cmp::Reverse(sizes[i]), i));
+    let mut best = seps.first_fit(&whole, &by_offset, held);
+    for order in [&by_size, &by_start] {
+        let other = seps.first_fit(&whole, order, held);
+        if other.1 < best.1 {
+            best = other;
+        }
+    }
+    debug_assert!(seps.holds(&best.0));
+    Some(best)
+}
