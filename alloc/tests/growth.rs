@@ -185,3 +185,25 @@ fn a_loose_larger_replan_grows_in_place_instead_of_holding_old_bytes_unused() {
         p.live_lower_bound_bytes
     );
 }
+
+#[test]
+fn sites_placed_by_each_steps_own_conflicts_hold_a_loop_of_changing_shapes_near_its_bound() {
+    // A generated loop (tests/data/README.md) whose recorded steps differ:
+    // merged, each site alive over the union of its lifetimes at its
+    // largest size, the plans were up to 1.7x their own steps' lower
+    // bound and the run held 2.008x the live lower bound; placed by each
+    // recorded step's own conflicts and sizes (step_conflicts.rs), 1.181x.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/generated/loop-1-058.csv.gz");
+    let events = support::loops::read_gz(&path);
+    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
+    let s = &p.stats;
+    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    assert!(
+        p.peak_reserved_bytes * 10 <= p.live_lower_bound_bytes * 13,
+        "peak {} for a live lower bound of {}",
+        p.peak_reserved_bytes,
+        p.live_lower_bound_bytes
+    );
+}
