@@ -11,8 +11,8 @@
 //! end and replays through both models. [`Comparison::figures`] waits for
 //! the worker to catch up, so what it returns covers every request so far.
 
+use crate::addr_hash::AddrMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -175,7 +175,7 @@ impl Drop for Comparison {
 /// One model and the blocks it holds for the run's addresses.
 struct Model {
     model: CachingAllocator,
-    blocks: HashMap<usize, (BlockId, u64)>,
+    blocks: AddrMap<(BlockId, u64)>,
     live: u64,
     peak_live: u64,
     platform: &'static str,
@@ -185,7 +185,7 @@ impl Model {
     fn new(config: CachingConfig, platform: &'static str) -> Model {
         Model {
             model: CachingAllocator::new(config),
-            blocks: HashMap::with_capacity(4096),
+            blocks: AddrMap::with_capacity_and_hasher(4096, Default::default()),
             live: 0,
             peak_live: 0,
             platform,

@@ -61,6 +61,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod addr_hash;
 pub mod align;
 mod allocator;
 pub mod backing;
