@@ -37,6 +37,9 @@ mod growth;
 mod bounds;
 // Other threads, forks, reset with live blocks (issue 42).
 mod lifecycle;
+// The first slab's take-over: the carried blocks' slots mapped once a
+// block lands on them (issue 38).
+mod takeover;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -192,6 +195,9 @@ pub struct PlannedAllocator {
     slab: Option<PlannedSlab>,
     /// Slabs of earlier plans that still hold live blocks.
     retiring: Vec<PlannedSlab>,
+    /// Page runs `(address, length)` of the slab not mapped yet: the
+    /// carried blocks' slots at a take-over (allocator/takeover.rs).
+    deferred: Vec<(usize, usize)>,
     /// Stream handles -> small ids (0 is the null stream).
     streams: HashMap<usize, u32>,
     /// Live bytes of blocks allocated outside steps.
@@ -343,6 +349,7 @@ impl PlannedAllocator {
             clock: 0,
             slab: None,
             retiring: Vec::new(),
+            deferred: Vec::new(),
             streams: HashMap::new(),
             counters: Counters::default(),
             miss_streak: 0,
@@ -434,12 +441,23 @@ impl PlannedAllocator {
             // regions holding them gone, or after a few requests at most;
             // until then requests get exact regions, so the two are not
             // held at once.
+            // In a mapped range the pages the carried blocks' slots hold
+            // wait for a block to land on them instead, and the slab serves
+            // at once (allocator/takeover.rs).
             let slab_bytes = self.awaiting_region.as_ref().map_or(0, |p| p.slab_bytes);
             let carried_gone =
                 self.live_prev_bytes.saturating_mul(16) <= slab_bytes && self.retiring.is_empty();
-            if carried_gone || self.clock > ACTIVATE_WAIT {
+            let defer = self
+                .awaiting_region
+                .as_ref()
+                .is_some_and(|p| self.defer_now(p));
+            if defer || carried_gone || self.clock > ACTIVATE_WAIT {
                 if let Some(plan) = self.awaiting_region.take() {
-                    self.slab = self.reserve_slab(plan);
+                    self.slab = if self.ranged() {
+                        self.reserve_deferring(plan)
+                    } else {
+                        self.reserve_slab(plan)
+                    };
                     if let Some(slab) = self.slab.as_mut() {
                         slab.begin_step();
                     }
@@ -736,6 +754,11 @@ impl PlannedAllocator {
             t.step_end();
         }
         self.comparison.hand_over();
+        // The take-over step's deferred pages: mapped by its end, so that
+        // no later step maps them (allocator/takeover.rs).
+        if !self.deferred.is_empty() {
+            self.map_all_deferred();
+        }
         // A region still awaited at the end of the step (a short step that
         // kept its carried blocks) is reserved now, for the next step.
         if self.phase == Phase::Serving
@@ -1117,6 +1140,14 @@ impl PlannedAllocator {
     /// checked mode, its guard written.
     fn take_slab_block(&mut self, addr: usize, slot: u64, size: u64) -> bool {
         if !self.side.uses.is_idle() && self.side.uses.overlaps(addr, slot) {
+            if let Some(slab) = self.slab.as_mut() {
+                slab.free(addr);
+            }
+            return false;
+        }
+        // Pages of a take-over's carried slots are mapped when a block
+        // first lands on them (allocator/takeover.rs).
+        if !self.deferred.is_empty() && !self.map_slot(addr, slot) {
             if let Some(slab) = self.slab.as_mut() {
                 slab.free(addr);
             }

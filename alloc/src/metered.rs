@@ -12,6 +12,10 @@ use crate::error::Result;
 use crate::space::{End, Space};
 use crate::trace::TraceLog;
 
+// Pages of the first slab mapped once a block lands on them; room made
+// before a new peak (issue 38).
+mod deferred;
+
 /// A backing with its regions counted.
 pub struct Metered {
     inner: Box<dyn Backing>,

@@ -1,0 +1,156 @@
+//! The first slab's take-over (issue 38, "a take-over that pins
+//! nothing"). The recorded steps' blocks live in regions of their own; the
+//! blocks a step carries into the next (gradients kept to the next
+//! `zero_grad`, set to `None` only after the forward) are still alive there
+//! when the slab takes over. The plan gives those blocks' successors the
+//! bytes the carried ones hold at a step's start: mapped at the take-over,
+//! they would be held twice until the carried blocks are freed, so the
+//! slab used to wait (up to [`ACTIVATE_WAIT`] requests, their blocks in
+//! regions of their own, held twice as well).
+//!
+//! Now, in a mapped range, the slab serves from the step's first request
+//! and its pages lying wholly inside the slots of the plan's carried sites
+//! (the largest few runs of them) stay unmapped until a block lands on them
+//! ([`Metered::reserve_low_deferred`]): the placement gives no other site
+//! those bytes while the carried blocks hold them. A block that lands there
+//! while carried blocks of the step before are still alive gets the runs
+//! it touches mapped; once they are all freed, or at the step's end, the
+//! rest is mapped in one go (a call a run). Pages mapped past the run's
+//! peak first unmap idle pages (the carried blocks' freed regions), so the
+//! take-over step holds what a later step holds.
+
+use super::*;
+
+impl PlannedAllocator {
+    /// Byte ranges `(offset, length)` of `plan`'s slab that blocks carried
+    /// into the next step held in the steps it was made from: the slots
+    /// (both, for a site with an alternate) of every site whose request
+    /// was freed in the step after its own.
+    fn carried_slots(&self, plan: &site_plan::SitePlan) -> Vec<(u64, u64)> {
+        let latest = self.step.saturating_sub(1);
+        let mut sites: Vec<bool> = vec![false; plan.sites.len()];
+        for rec in &self.basis {
+            let Some(map) = plan.merged.map(rec.step) else {
+                continue;
+            };
+            let fresh = self.records.get(rec.step).unwrap_or(rec);
+            for (k, req) in fresh.requests.iter().enumerate() {
+                if let (Life::NextStep(_), Some(&j)) = (req.life(rec.step, latest), map.get(k))
+                    && let Some(seen) = sites.get_mut(j as usize)
+                {
+                    *seen = true;
+                }
+            }
+        }
+        let mut slots = Vec::new();
+        for (site, _) in plan.sites.iter().zip(&sites).filter(|(_, c)| **c) {
+            if site.unplanned.is_some() {
+                continue;
+            }
+            slots.push((site.offset, site.slot));
+            if let Some(a) = site.alternate {
+                slots.push((a, site.slot));
+            }
+        }
+        slots
+    }
+
+    /// Reserves the awaited region of `plan` inside a step, its pages held
+    /// by the carried blocks' slots left unmapped (see the module's
+    /// comment); `None` (the fallback serves) when the backing refuses.
+    /// Whether it may go in now is [`PlannedAllocator::defer_now`]'s.
+    pub(super) fn reserve_deferring(&mut self, plan: site_plan::SitePlan) -> Option<PlannedSlab> {
+        self.counters.plan_moved_this_step = true;
+        let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
+        let slots = self.carried_slots(&plan);
+        match self.backing.reserve_low_deferred(bytes, &slots) {
+            Ok((base, later)) => {
+                if self.checked {
+                    // Only the mapped pages; the others when they are.
+                    let mut at = base;
+                    for &(a, l) in later.iter().chain(std::iter::once(&(base + bytes, 0))) {
+                        if a > at {
+                            let _ = self.backing.fill(at, a - at, POISON_BYTE);
+                        }
+                        at = a + l;
+                    }
+                }
+                self.deferred = later;
+                Some(PlannedSlab::new(plan, base, bytes))
+            }
+            Err(e) => {
+                self.error(Kind::Replan, || {
+                    format!("the plan's {bytes}-byte slab could not be reserved: {e}; the fallback serves")
+                });
+                None
+            }
+        }
+    }
+
+    /// Whether the awaited region of `plan` goes in at this request, its
+    /// carried slots' pages deferred: in a mapped range, when those pages
+    /// cover at least half the bytes the step before still holds (else
+    /// the wait for them to be freed is kept).
+    pub(super) fn defer_now(&self, plan: &site_plan::SitePlan) -> bool {
+        let Some(space) = self.backing.space() else {
+            return false;
+        };
+        let page = space.page() as u64;
+        let deferrable: u64 = self
+            .carried_slots(plan)
+            .iter()
+            .map(|&(o, l)| ((o + l) / page * page).saturating_sub(o.next_multiple_of(page)))
+            .sum();
+        deferrable.saturating_mul(2) >= self.live_prev_bytes
+    }
+
+    /// Maps the deferred runs `[addr, addr + slot)` touches before a
+    /// block is placed there (whole: a run is the slots of a few carried
+    /// sites), or every deferred run once no block of the step before is
+    /// alive. `false` when the backing refused (the block goes elsewhere).
+    pub(super) fn map_slot(&mut self, addr: usize, slot: u64) -> bool {
+        let end = addr + slot as usize;
+        let touches = |&(a, l): &(usize, usize)| a < end && addr < a + l;
+        if !self.deferred.iter().any(touches) {
+            return true;
+        }
+        if self.live_prev_bytes == 0 && self.retiring.is_empty() {
+            return self.map_all_deferred();
+        }
+        let (now, later): (Vec<_>, Vec<_>) = self.deferred.iter().partition(|r| touches(r));
+        self.deferred = later;
+        for (i, &(a, l)) in now.iter().enumerate() {
+            if !self.map_pages(a, l) {
+                self.deferred.extend_from_slice(&now[i..]);
+                self.deferred.sort_unstable();
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Maps every deferred page; `false` when the backing refused some
+    /// (they stay deferred).
+    pub(super) fn map_all_deferred(&mut self) -> bool {
+        let runs = std::mem::take(&mut self.deferred);
+        for (i, &(a, l)) in runs.iter().enumerate() {
+            if !self.map_pages(a, l) {
+                self.deferred = runs[i..].to_vec();
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Maps one deferred run (room made first, see
+    /// [`Metered::map_deferred`]), poisoned in checked mode.
+    fn map_pages(&mut self, addr: usize, len: usize) -> bool {
+        if self.backing.map_deferred(addr, len, TRIM_CALLS).is_err() {
+            return false;
+        }
+        if self.checked {
+            let _ = self.backing.fill(addr, len, POISON_BYTE);
+        }
+        true
+    }
+}
