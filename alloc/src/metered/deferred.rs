@@ -70,10 +70,21 @@ impl Metered {
         Ok((addr, later))
     }
 
+    /// Regions taken from the high end of a range may unmap idle pages
+    /// first, `calls` times at most until this is called again, when they
+    /// would map pages past the run's peak ([`Metered::make_room`]). The
+    /// policy allows it in the steps before the first slab serves and in
+    /// its take-over step (their peak is the run's in many loops), not in
+    /// steady steps (a call to unmap, then a call to map the pages again).
+    pub fn set_room_calls(&mut self, calls: usize) {
+        self.room_calls = calls;
+    }
+
     /// Maps the page run of `len` bytes at `addr` (one that
     /// [`Metered::reserve_low_deferred`] left unmapped, or a part of one,
-    /// whole pages), after [`Metered::make_room`] for it with at most
-    /// `max_unmaps` calls.
+    /// whole pages), after unmapping the idle pages (at most `max_unmaps`
+    /// runs, see [`Metered::trim`]), as the slab's first mapping did: the
+    /// regions of the carried blocks freed since are idle now.
     pub fn map_deferred(&mut self, addr: usize, len: usize, max_unmaps: usize) -> Result<()> {
         let Some((_, space)) = self.spaces.first() else {
             return Ok(());
@@ -82,7 +93,7 @@ impl Metered {
             return Ok(());
         }
         let off = addr - space.base();
-        self.make_room(len as u64, max_unmaps);
+        self.trim(max_unmaps);
         self.map(addr, len)?;
         self.spaces[0].1.note_mapped(off, len);
         Ok(())
@@ -90,9 +101,15 @@ impl Metered {
 
     /// When `need` more mapped bytes would raise the run's peak: unmaps
     /// idle pages (runs of at least the trim minimum, the largest first, at
-    /// most `max_calls` runs) until they no longer would, or none is left.
-    /// The bytes unmapped.
-    pub fn make_room(&mut self, need: u64, max_calls: usize) -> usize {
+    /// most `max_calls` runs; none inside `keep`, an extent `(offset,
+    /// length)` of range `index` about to be used) until they no longer would, or
+    /// none is left. The bytes unmapped.
+    pub fn make_room(
+        &mut self,
+        need: u64,
+        max_calls: usize,
+        keep: Option<(usize, (usize, usize))>,
+    ) -> usize {
         if self.current + need <= self.peak {
             return 0;
         }
@@ -100,7 +117,7 @@ impl Metered {
         for (i, (_, space)) in self.spaces.iter().enumerate() {
             runs.extend(
                 space
-                    .trimmable(None)
+                    .trimmable(keep.filter(|&(k, _)| k == i).map(|(_, e)| e))
                     .into_iter()
                     .filter(|&(_, l)| l >= self.trim_min)
                     .map(|(o, l)| (i, o, l)),
@@ -221,11 +238,15 @@ mod tests {
         // 8 idle pages, still mapped: at the peak already, nothing more
         // fits under it.
         assert_eq!(m.current(), 9 * P as u64);
-        assert_eq!(m.make_room(0, 16), 0);
-        assert_eq!(m.make_room(P as u64, 0), 0, "no calls allowed");
-        assert_eq!(m.make_room(P as u64, 16), 8 * P);
+        assert_eq!(m.make_room(0, 16, None), 0);
+        assert_eq!(m.make_room(P as u64, 0, None), 0, "no calls allowed");
+        assert_eq!(m.make_room(P as u64, 16, None), 8 * P);
         assert_eq!(m.current(), P as u64);
-        assert_eq!(m.make_room(100 * P as u64, 16), 0, "nothing idle left");
+        assert_eq!(
+            m.make_room(100 * P as u64, 16, None),
+            0,
+            "nothing idle left"
+        );
         m.release(b);
     }
 }
