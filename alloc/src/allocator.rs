@@ -206,6 +206,8 @@ pub struct PlannedAllocator {
     /// Page runs `(address, length)` of the slab not mapped yet: the
     /// carried blocks' slots at a take-over (allocator/takeover.rs).
     deferred: Vec<(usize, usize)>,
+    /// Blocks of this step that mapped only their own deferred pages.
+    deferred_maps: u32,
     /// Stream handles -> small ids (0 is the null stream).
     streams: HashMap<usize, u32>,
     /// Live bytes of blocks allocated outside steps.
@@ -358,6 +360,7 @@ impl PlannedAllocator {
             slab: None,
             retiring: Vec::new(),
             deferred: Vec::new(),
+            deferred_maps: 0,
             streams: HashMap::new(),
             counters: Counters::default(),
             miss_streak: 0,

@@ -13,13 +13,21 @@
 //! (the largest few runs of them) stay unmapped until a block lands on them
 //! ([`Metered::reserve_low_deferred`]): the placement gives no other site
 //! those bytes while the carried blocks hold them. A block that lands there
-//! while carried blocks of the step before are still alive gets the runs
-//! it touches mapped; once they are all freed, or at the step's end, the
-//! rest is mapped in one go (a call a run). Pages mapped past the run's
+//! while carried blocks of the step before are still alive (a site with two
+//! slots, a `loss` kept until it is reassigned: the new instance takes the
+//! other slot) gets only its own pages mapped, [`DEFERRED_MAPS`] blocks at
+//! most; once they are all freed, or at the step's end, the rest is mapped
+//! in one go (a call a run), after the idle pages (the carried blocks'
+//! freed regions) are unmapped. Pages mapped past the run's
 //! peak first unmap idle pages (the carried blocks' freed regions), so the
 //! take-over step holds what a later step holds.
 
 use super::*;
+
+/// Blocks of a take-over step that may map only their own deferred pages
+/// while blocks of the step before are alive; the next maps every deferred
+/// page at once (device calls stay few).
+const DEFERRED_MAPS: u32 = 8;
 
 impl PlannedAllocator {
     /// Byte ranges `(offset, length)` of `plan`'s slab that blocks carried
@@ -76,6 +84,7 @@ impl PlannedAllocator {
                     }
                 }
                 self.deferred = later;
+                self.deferred_maps = 0;
                 Some(PlannedSlab::new(plan, base, bytes))
             }
             Err(e) => {
@@ -104,29 +113,46 @@ impl PlannedAllocator {
         deferrable.saturating_mul(2) >= self.live_prev_bytes
     }
 
-    /// Maps the deferred runs `[addr, addr + slot)` touches before a
-    /// block is placed there (whole: a run is the slots of a few carried
-    /// sites), or every deferred run once no block of the step before is
-    /// alive. `false` when the backing refused (the block goes elsewhere).
+    /// Maps the deferred pages `[addr, addr + slot)` touches before a
+    /// block is placed there: only those while blocks of the step before
+    /// are alive (the other slot of a site with two, whose first holds the
+    /// carried instance in the steps after), every deferred page once none
+    /// is, or once [`DEFERRED_MAPS`] blocks mapped their own. `false` when
+    /// the backing refused (the block goes elsewhere).
     pub(super) fn map_slot(&mut self, addr: usize, slot: u64) -> bool {
         let end = addr + slot as usize;
-        let touches = |&(a, l): &(usize, usize)| a < end && addr < a + l;
-        if !self.deferred.iter().any(touches) {
+        if !self.deferred.iter().any(|&(a, l)| a < end && addr < a + l) {
             return true;
         }
-        if self.live_prev_bytes == 0 && self.retiring.is_empty() {
+        let prev_alive = self.live_prev_bytes > 0 || !self.retiring.is_empty();
+        if !prev_alive || self.deferred_maps >= DEFERRED_MAPS {
             return self.map_all_deferred();
         }
-        let (now, later): (Vec<_>, Vec<_>) = self.deferred.iter().partition(|r| touches(r));
-        self.deferred = later;
-        for (i, &(a, l)) in now.iter().enumerate() {
-            if !self.map_pages(a, l) {
-                self.deferred.extend_from_slice(&now[i..]);
-                self.deferred.sort_unstable();
-                return false;
+        self.deferred_maps += 1;
+        let page = self.backing.space().map_or(1, |s| s.page());
+        let (lo, hi) = (addr / page * page, end.next_multiple_of(page));
+        let mut keep = Vec::with_capacity(self.deferred.len() + 1);
+        let mut ok = true;
+        for (a, l) in std::mem::take(&mut self.deferred) {
+            let (s, e) = (a.max(lo), (a + l).min(hi));
+            if s >= e || !ok {
+                keep.push((a, l));
+                continue;
+            }
+            if a < s {
+                keep.push((a, s - a));
+            }
+            if self.map_pages(s, e - s) {
+                if e < a + l {
+                    keep.push((e, a + l - e));
+                }
+            } else {
+                ok = false;
+                keep.push((s, a + l - s));
             }
         }
-        true
+        self.deferred = keep;
+        ok
     }
 
     /// Maps every deferred page; `false` when the backing refused some

@@ -12,7 +12,7 @@
 use super::*;
 
 /// The most page runs a region's mapping leaves for later (the largest).
-const DEFERRED_RUNS: usize = 4;
+const DEFERRED_RUNS: usize = 8;
 
 impl Metered {
     /// A region of `bytes` from the low end of the default stream's range,
@@ -201,6 +201,17 @@ mod tests {
             ),
             vec![(0, 3 * P), (9 * P, 10 * P)]
         );
+        // Runs of 1..=10 pages, a page apart: the largest DEFERRED_RUNS.
+        let mut at = 0u64;
+        let mut defer = Vec::new();
+        for n in 1..=10u64 {
+            defer.push((at, n * P as u64));
+            at += (n + 1) * P as u64;
+        }
+        let held = held_pages(P, 0, at as usize, &defer);
+        assert_eq!(held.len(), DEFERRED_RUNS);
+        assert!(held.iter().all(|&(lo, hi)| hi - lo >= 3 * P));
+        assert!(held.windows(2).all(|w| w[0].1 < w[1].0), "sorted, apart");
     }
 
     #[test]
