@@ -92,10 +92,14 @@ impl Metered {
         if !space.contains(addr) {
             return Ok(());
         }
-        let off = addr - space.base();
+        let (base, off) = (space.base(), addr - space.base());
         self.trim(max_unmaps);
-        self.map(addr, len)?;
-        self.spaces[0].1.note_mapped(off, len);
+        // Only what is not mapped yet (a run the slab's region took again
+        // after a refused map is mapped already).
+        for (ro, rl) in self.spaces[0].1.unmapped_runs(off, len) {
+            self.map(base + ro, rl)?;
+            self.spaces[0].1.note_mapped(ro, rl);
+        }
         Ok(())
     }
 
