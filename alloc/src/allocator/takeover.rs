@@ -97,20 +97,21 @@ impl PlannedAllocator {
     }
 
     /// Whether the awaited region of `plan` goes in at this request, its
-    /// carried slots' pages deferred: in a mapped range, when those pages
-    /// cover at least half the bytes the step before still holds (else
-    /// the wait for them to be freed is kept).
+    /// carried slots' pages deferred: in a mapped range, when the bytes the
+    /// step before still holds beyond those pages (held twice once the slab
+    /// is mapped) are at most 1/16 of the slab, as the wait for the carried
+    /// blocks allows (with 2 MiB granules, small carried slots defer
+    /// little: the wait stays).
     pub(super) fn defer_now(&self, plan: &site_plan::SitePlan) -> bool {
-        let Some(space) = self.backing.space() else {
+        if !self.ranged() {
             return false;
-        };
-        let page = space.page() as u64;
-        let deferrable: u64 = self
-            .carried_slots(plan)
-            .iter()
-            .map(|&(o, l)| ((o + l) / page * page).saturating_sub(o.next_multiple_of(page)))
-            .sum();
-        deferrable.saturating_mul(2) >= self.live_prev_bytes
+        }
+        let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
+        let deferrable = self.backing.deferrable(bytes, &self.carried_slots(plan)) as u64;
+        self.live_prev_bytes
+            .saturating_sub(deferrable)
+            .saturating_mul(16)
+            <= plan.slab_bytes
     }
 
     /// Maps the deferred pages `[addr, addr + slot)` touches before a

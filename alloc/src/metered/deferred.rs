@@ -80,6 +80,22 @@ impl Metered {
         self.room_calls = calls;
     }
 
+    /// The bytes [`Metered::reserve_low_deferred`] would leave unmapped for
+    /// a region of `bytes` and `defer`, were it taken now (0 without a
+    /// range).
+    pub fn deferrable(&self, bytes: usize, defer: &[(u64, u64)]) -> usize {
+        let Some((_, space)) = self.spaces.first() else {
+            return 0;
+        };
+        let Some(off) = space.place(bytes, End::Low) else {
+            return 0;
+        };
+        held_pages(space.page(), off, bytes, defer)
+            .iter()
+            .map(|&(lo, hi)| hi - lo)
+            .sum()
+    }
+
     /// Maps the page run of `len` bytes at `addr` (one that
     /// [`Metered::reserve_low_deferred`] left unmapped, or a part of one,
     /// whole pages), after unmapping the idle pages (at most `max_unmaps`
@@ -139,35 +155,41 @@ impl Metered {
     }
 }
 
-/// The pages (offsets in the range, `[start, end)`, sorted and merged) of
-/// the region of `bytes` at `off` lying wholly inside one of `defer`: the
-/// [`DEFERRED_RUNS`] largest runs of them.
+/// The pages (offsets in the range, `[start, end)`, sorted and apart) of
+/// the region of `bytes` at `off` lying wholly inside `defer` (byte ranges
+/// from the region's start, merged where they touch before they are cut to
+/// whole pages: small slots side by side fill a 2 MiB granule together):
+/// the [`DEFERRED_RUNS`] largest runs of them.
 fn held_pages(page: usize, off: usize, bytes: usize, defer: &[(u64, u64)]) -> Vec<(usize, usize)> {
-    let mut held: Vec<(usize, usize)> = defer
+    let mut ranges: Vec<(usize, usize)> = defer
         .iter()
         .filter_map(|&(o, l)| {
-            let (o, l) = (usize::try_from(o).ok()?, usize::try_from(l).ok()?);
-            let lo = off.checked_add(o)?.next_multiple_of(page);
-            let hi = off.checked_add(o)?.checked_add(l)?.min(off + bytes) / page * page;
+            let lo = off.checked_add(usize::try_from(o).ok()?)?;
+            let hi = lo.checked_add(usize::try_from(l).ok()?)?.min(off + bytes);
             (lo < hi).then_some((lo, hi))
         })
         .collect();
-    held.sort_unstable();
-    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(held.len());
-    for (lo, hi) in held {
+    ranges.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+    for (lo, hi) in ranges {
         match merged.last_mut() {
             Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
             _ => merged.push((lo, hi)),
         }
     }
+    let mut held: Vec<(usize, usize)> = merged
+        .into_iter()
+        .map(|(lo, hi)| (lo.next_multiple_of(page), hi / page * page))
+        .filter(|&(lo, hi)| lo < hi)
+        .collect();
     // The largest runs only: each deferred run costs a call to map it and
     // splits the region's own mapping in two.
-    if merged.len() > DEFERRED_RUNS {
-        merged.sort_by_key(|&(lo, hi)| (std::cmp::Reverse(hi - lo), lo));
-        merged.truncate(DEFERRED_RUNS);
-        merged.sort_unstable();
+    if held.len() > DEFERRED_RUNS {
+        held.sort_by_key(|&(lo, hi)| (std::cmp::Reverse(hi - lo), lo));
+        held.truncate(DEFERRED_RUNS);
+        held.sort_unstable();
     }
-    merged
+    held
 }
 
 #[cfg(test)]
@@ -192,6 +214,25 @@ mod tests {
             vec![(P, 3 * P)]
         );
         assert_eq!(held_pages(P, 0, 10 * P, &[(0, 100)]), vec![]);
+        // Two half pages side by side fill one.
+        assert_eq!(
+            held_pages(
+                P,
+                0,
+                10 * P,
+                &[(P as u64 / 2, P as u64 / 2), (P as u64, P as u64 / 2)]
+            ),
+            vec![]
+        );
+        assert_eq!(
+            held_pages(
+                P,
+                0,
+                10 * P,
+                &[(0, P as u64 / 2), (P as u64 / 2, P as u64 / 2)]
+            ),
+            vec![(0, P)]
+        );
         assert_eq!(
             held_pages(
                 P,
