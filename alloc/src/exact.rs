@@ -61,8 +61,10 @@ impl ExactPool {
             backing.reserve_for(asked as usize, stream).ok()?
         };
         // What the device really set aside (the host rounds large regions
-        // to 2 MiB pages).
-        let bytes = (backing.reserved_bytes() - before).max(asked);
+        // to 2 MiB pages). In a mapped range the region may have unmapped
+        // idle pages before mapping its own (metered/deferred.rs): the
+        // figure then falls below its own bytes, and is at least those.
+        let bytes = backing.reserved_bytes().saturating_sub(before).max(asked);
         self.blocks.insert(addr, (size, bytes, origin));
         if stream != 0 {
             self.streams.insert(addr, stream);

@@ -12,6 +12,10 @@ use crate::error::Result;
 use crate::space::{End, Space};
 use crate::trace::TraceLog;
 
+// Pages of the first slab mapped once a block lands on them; room made
+// before a new peak (issue 38).
+mod deferred;
+
 /// A backing with its regions counted.
 pub struct Metered {
     inner: Box<dyn Backing>,
@@ -38,6 +42,9 @@ pub struct Metered {
     chunk: usize,
     /// Idle runs shorter than this are not worth an unmap call.
     trim_min: usize,
+    /// Unmap calls left in this step for idle pages before a region maps
+    /// pages past the run's peak ([`Metered::set_room_calls`]).
+    room_calls: usize,
 }
 
 /// Calls made to the backing, by kind: each one a device call on a GPU or
@@ -115,6 +122,7 @@ impl Metered {
             page: 0,
             chunk: 0,
             trim_min: 0,
+            room_calls: 0,
         }
     }
 
@@ -320,7 +328,20 @@ impl Metered {
             let mapped = self.spaces[i].1.mapped_bytes();
             (mapped / 8).clamp(self.chunk / 8, self.chunk.saturating_mul(32))
         };
-        let runs = self.spaces[i].1.runs_to_map(off, bytes, end, chunk);
+        let mut runs = self.spaces[i].1.runs_to_map(off, bytes, end, chunk);
+        // Pages mapped past the run's peak: idle pages elsewhere go first
+        // (metered/deferred.rs), and the runs are taken again (the chunk's
+        // extension may reach pages unmapped now).
+        if !trim_first && self.room_calls > 0 {
+            let need: usize = runs.iter().map(|&(_, l)| l).sum();
+            let unmaps = self.calls.unmap;
+            let keep = Some((i, (off, bytes)));
+            if self.make_room(need as u64, self.room_calls, keep) > 0 {
+                runs = self.spaces[i].1.runs_to_map(off, bytes, end, chunk);
+            }
+            let made = (self.calls.unmap - unmaps) as usize;
+            self.room_calls = self.room_calls.saturating_sub(made);
+        }
         for (ro, rl) in runs {
             self.map(base + ro, rl)?;
             self.spaces[i].1.note_mapped(ro, rl);

@@ -1,0 +1,183 @@
+//! The first slab's take-over (issue 38, "a take-over that pins
+//! nothing"). The recorded steps' blocks live in regions of their own; the
+//! blocks a step carries into the next (gradients kept to the next
+//! `zero_grad`, set to `None` only after the forward) are still alive there
+//! when the slab takes over. The plan gives those blocks' successors the
+//! bytes the carried ones hold at a step's start: mapped at the take-over,
+//! they would be held twice until the carried blocks are freed, so the
+//! slab used to wait (up to [`ACTIVATE_WAIT`] requests, their blocks in
+//! regions of their own, held twice as well).
+//!
+//! Now, in a mapped range, the slab serves from the step's first request
+//! and its pages lying wholly inside the slots of the plan's carried sites
+//! (the largest few runs of them) stay unmapped until a block lands on them
+//! ([`Metered::reserve_low_deferred`]): the placement gives no other site
+//! those bytes while the carried blocks hold them. A block that lands there
+//! while carried blocks of the step before are still alive (a site with two
+//! slots, a `loss` kept until it is reassigned: the new instance takes the
+//! other slot) gets only its own pages mapped, [`DEFERRED_MAPS`] blocks at
+//! most; once they are all freed, or at the step's end, the rest is mapped
+//! in one go (a call a run), after the idle pages (the carried blocks'
+//! freed regions) are unmapped. Pages mapped past the run's
+//! peak first unmap idle pages (the carried blocks' freed regions), so the
+//! take-over step holds what a later step holds.
+
+use super::*;
+
+/// Blocks of a take-over step that may map only their own deferred pages
+/// while blocks of the step before are alive; the next maps every deferred
+/// page at once (device calls stay few).
+const DEFERRED_MAPS: u32 = 8;
+
+impl PlannedAllocator {
+    /// Byte ranges `(offset, length)` of `plan`'s slab that blocks carried
+    /// into the next step held in the steps it was made from: the slots
+    /// (both, for a site with an alternate) of every site whose request
+    /// was freed in the step after its own.
+    fn carried_slots(&self, plan: &site_plan::SitePlan) -> Vec<(u64, u64)> {
+        let latest = self.step.saturating_sub(1);
+        let mut sites: Vec<bool> = vec![false; plan.sites.len()];
+        for rec in &self.basis {
+            let Some(map) = plan.merged.map(rec.step) else {
+                continue;
+            };
+            let fresh = self.records.get(rec.step).unwrap_or(rec);
+            for (k, req) in fresh.requests.iter().enumerate() {
+                if let (Life::NextStep(_), Some(&j)) = (req.life(rec.step, latest), map.get(k))
+                    && let Some(seen) = sites.get_mut(j as usize)
+                {
+                    *seen = true;
+                }
+            }
+        }
+        let mut slots = Vec::new();
+        for (site, _) in plan.sites.iter().zip(&sites).filter(|(_, c)| **c) {
+            if site.unplanned.is_some() {
+                continue;
+            }
+            slots.push((site.offset, site.slot));
+            if let Some(a) = site.alternate {
+                slots.push((a, site.slot));
+            }
+        }
+        slots
+    }
+
+    /// Reserves the awaited region of `plan` inside a step, its pages held
+    /// by the carried blocks' slots left unmapped (see the module's
+    /// comment); `None` (the fallback serves) when the backing refuses.
+    /// Whether it may go in now is [`PlannedAllocator::defer_now`]'s.
+    pub(super) fn reserve_deferring(&mut self, plan: site_plan::SitePlan) -> Option<PlannedSlab> {
+        self.counters.plan_moved_this_step = true;
+        let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
+        let slots = self.carried_slots(&plan);
+        match self.backing.reserve_low_deferred(bytes, &slots) {
+            Ok((base, later)) => {
+                if self.checked {
+                    // Only the mapped pages; the others when they are.
+                    let mut at = base;
+                    for &(a, l) in later.iter().chain(std::iter::once(&(base + bytes, 0))) {
+                        if a > at {
+                            let _ = self.backing.fill(at, a - at, POISON_BYTE);
+                        }
+                        at = a + l;
+                    }
+                }
+                self.deferred = later;
+                self.deferred_maps = 0;
+                Some(PlannedSlab::new(plan, base, bytes))
+            }
+            Err(e) => {
+                self.error(Kind::Replan, || {
+                    format!("the plan's {bytes}-byte slab could not be reserved: {e}; the fallback serves")
+                });
+                None
+            }
+        }
+    }
+
+    /// Whether the awaited region of `plan` goes in at this request, its
+    /// carried slots' pages deferred: in a mapped range, when the bytes the
+    /// step before still holds beyond those pages (held twice once the slab
+    /// is mapped) are at most 1/16 of the slab, as the wait for the carried
+    /// blocks allows (with 2 MiB granules, small carried slots defer
+    /// little: the wait stays).
+    pub(super) fn defer_now(&self, plan: &site_plan::SitePlan) -> bool {
+        if !self.ranged() {
+            return false;
+        }
+        let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
+        let deferrable = self.backing.deferrable(bytes, &self.carried_slots(plan)) as u64;
+        self.live_prev_bytes
+            .saturating_sub(deferrable)
+            .saturating_mul(16)
+            <= plan.slab_bytes
+    }
+
+    /// Maps the deferred pages `[addr, addr + slot)` touches before a
+    /// block is placed there: only those while blocks of the step before
+    /// are alive (the other slot of a site with two, whose first holds the
+    /// carried instance in the steps after), every deferred page once none
+    /// is, or once [`DEFERRED_MAPS`] blocks mapped their own. `false` when
+    /// the backing refused (the block goes elsewhere).
+    pub(super) fn map_slot(&mut self, addr: usize, slot: u64) -> bool {
+        let end = addr + slot as usize;
+        if !self.deferred.iter().any(|&(a, l)| a < end && addr < a + l) {
+            return true;
+        }
+        let prev_alive = self.live_prev_bytes > 0 || !self.retiring.is_empty();
+        if !prev_alive || self.deferred_maps >= DEFERRED_MAPS {
+            return self.map_all_deferred();
+        }
+        self.deferred_maps += 1;
+        let page = self.backing.space().map_or(1, |s| s.page());
+        let (lo, hi) = (addr / page * page, end.next_multiple_of(page));
+        let mut keep = Vec::with_capacity(self.deferred.len() + 1);
+        let mut ok = true;
+        for (a, l) in std::mem::take(&mut self.deferred) {
+            let (s, e) = (a.max(lo), (a + l).min(hi));
+            if s >= e || !ok {
+                keep.push((a, l));
+                continue;
+            }
+            if a < s {
+                keep.push((a, s - a));
+            }
+            if self.map_pages(s, e - s) {
+                if e < a + l {
+                    keep.push((e, a + l - e));
+                }
+            } else {
+                ok = false;
+                keep.push((s, a + l - s));
+            }
+        }
+        self.deferred = keep;
+        ok
+    }
+
+    /// Maps every deferred page; `false` when the backing refused some
+    /// (they stay deferred).
+    pub(super) fn map_all_deferred(&mut self) -> bool {
+        let runs = std::mem::take(&mut self.deferred);
+        for (i, &(a, l)) in runs.iter().enumerate() {
+            if !self.map_pages(a, l) {
+                self.deferred = runs[i..].to_vec();
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Maps one deferred run (room made first, see
+    /// [`Metered::map_deferred`]), poisoned in checked mode.
+    fn map_pages(&mut self, addr: usize, len: usize) -> bool {
+        if self.backing.map_deferred(addr, len, TRIM_CALLS).is_err() {
+            return false;
+        }
+        if self.checked {
+            let _ = self.backing.fill(addr, len, POISON_BYTE);
+        }
+        true
+    }
+}
