@@ -772,6 +772,47 @@ mod tests {
     }
 
     #[test]
+    fn a_growing_site_keeps_its_growth_room_from_the_sites_beside_it() {
+        // Site 0 grows every step and lives to the end beside site 1: the
+        // next step's larger request (within the site's capacity) must
+        // find its bytes free, as with the merged placement.
+        let steps: Vec<StepRecord> = (1..=4)
+            .map(|s| StepRecord {
+                step: s,
+                requests: vec![
+                    req(100_000 + 6_000 * s, Some((s, 3))),
+                    req(4096, Some((s, 3))),
+                    req(2048, Some((s, 3))),
+                ],
+                ..StepRecord::default()
+            })
+            .collect();
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        let merged = Merger::new().restrict(&refs);
+        let plan = plan(
+            &refs,
+            merged,
+            5,
+            0,
+            false,
+            Duration::from_secs(1),
+            Room::default(),
+        );
+        let grown = 128_000;
+        assert!(grown <= plan.sites[0].capacity, "{:?}", plan.sites[0]);
+        let (a, b) = (
+            plan.sites[0].offset,
+            plan.sites[0].offset + slot_for(grown, 0, false),
+        );
+        for s in &plan.sites[1..] {
+            assert!(
+                s.offset + s.slot <= a || b <= s.offset,
+                "{s:?} in [{a}, {b})"
+            );
+        }
+    }
+
+    #[test]
     fn a_plan_leaves_the_bytes_kept_blocks_hold_alone() {
         let steps: Vec<StepRecord> = (1..=3)
             .map(|s| StepRecord {

@@ -31,6 +31,15 @@ use crate::site_plan::slot_for;
 /// keep the interval placement.
 pub const MAX_SLOTS: usize = 2048;
 
+/// A site whose requests grew in each of its last this many recorded
+/// steps keeps its whole slot from its neighbours. Without it, a loop
+/// growing 1% a step was served 4% from the plan (every block a little
+/// larger than the recorded ones reached into the next site); with one
+/// step of growth as the sign, random shapes that happened to end on
+/// their largest lost memory (generated loops' geomean 1.232 against 1.222
+/// with two; three gives 1.223).
+const GROWN_STEPS: usize = 2;
+
 /// For each ordered pair of slots `(a, b)` that some recorded step had
 /// alive at once: the most bytes `a` took in such a step, which is what
 /// `a` needs below `b` when placed under it (`0`: no conflict).
@@ -211,6 +220,35 @@ pub fn place(
             }
         }
     }
+    // Sites whose requests grew over their last GROWN_STEPS recorded
+    // steps: a growing shape, whose next request is likely larger again.
+    // They keep their whole slot (the growth room) from their neighbours,
+    // so the next step's larger block still finds its bytes free.
+    let mut sizes_by_step: Vec<Vec<(u64, u64)>> = vec![Vec::new(); sites];
+    for (s, rec) in steps.iter().enumerate() {
+        for (k, req) in rec.requests.iter().enumerate() {
+            if let Some(&j) = maps[s].get(k) {
+                sizes_by_step[j as usize].push((rec.step, req.size));
+            }
+        }
+    }
+    let growing: Vec<bool> = sizes_by_step
+        .iter_mut()
+        .map(|v| {
+            v.sort_unstable();
+            let max = v.iter().map(|x| x.1).max().unwrap_or(0);
+            let min = v.iter().map(|x| x.1).min().unwrap_or(0);
+            let last = v.last().map_or(0, |x| x.1);
+            if min >= max || last != max {
+                return false;
+            }
+            v.len() > GROWN_STEPS
+                && v.windows(2)
+                    .rev()
+                    .take(GROWN_STEPS)
+                    .all(|w| w[1].1 > w[0].1)
+        })
+        .collect();
     let mut timelines: Vec<Vec<(usize, usize, usize, u64)>> = vec![Vec::new(); steps.len()];
     for (s, rec) in steps.iter().enumerate() {
         let len = rec.requests.len();
@@ -224,7 +262,11 @@ pub fn place(
             if merged[j] || intervals[slot].size == 0 {
                 continue;
             }
-            let bytes = slot_for(req.size, pad, checked).min(intervals[slot].size as u64);
+            let bytes = if growing[j] {
+                intervals[slot].size as u64
+            } else {
+                slot_for(req.size, pad, checked).min(intervals[slot].size as u64)
+            };
             // Where this block lives on into a next step's frame, and to
             // which of its clocks.
             let mut into: Option<(usize, u32)> = None;
