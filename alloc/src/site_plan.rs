@@ -654,6 +654,21 @@ mod tests {
     use super::*;
     use crate::record::{FreedAt, Request};
 
+    /// The plan of `steps` (their merge, no time pressure).
+    fn plan_of(steps: &[StepRecord], latest: u64, checked: bool, room: Room<'_>) -> SitePlan {
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        let merged = Merger::new().restrict(&refs);
+        plan(
+            &refs,
+            merged,
+            latest,
+            0,
+            checked,
+            Duration::from_secs(1),
+            room,
+        )
+    }
+
     fn req(size: u64, freed: Option<(u64, u32)>) -> Request {
         Request {
             size,
@@ -673,17 +688,7 @@ mod tests {
             ..StepRecord::default()
         };
         let steps = [make(1, 1), make(2, 1)];
-        let refs: Vec<&StepRecord> = steps.iter().collect();
-        let merged = Merger::new().restrict(&refs);
-        let plan = plan(
-            &refs,
-            merged,
-            3,
-            0,
-            false,
-            Duration::from_secs(1),
-            Room::default(),
-        );
+        let plan = plan_of(&steps, 3, false, Room::default());
         assert!(holds(&plan, &make(3, 1)));
         assert!(!holds(&plan, &make(3, 2)), "every request larger");
         // One request inserted that fits no site.
@@ -751,17 +756,7 @@ mod tests {
             make(3, 64_000, 1),
             make(4, 512, 3),
         ];
-        let refs: Vec<&StepRecord> = steps.iter().collect();
-        let merged = Merger::new().restrict(&refs);
-        let plan = plan(
-            &refs,
-            merged,
-            5,
-            0,
-            false,
-            Duration::from_secs(1),
-            Room::default(),
-        );
+        let plan = plan_of(&steps, 5, false, Room::default());
         assert!(
             plan.slab_bytes < 2 * 64_000,
             "slab {} for steps that need one large slot",
@@ -787,17 +782,7 @@ mod tests {
                 ..StepRecord::default()
             })
             .collect();
-        let refs: Vec<&StepRecord> = steps.iter().collect();
-        let merged = Merger::new().restrict(&refs);
-        let plan = plan(
-            &refs,
-            merged,
-            5,
-            0,
-            false,
-            Duration::from_secs(1),
-            Room::default(),
-        );
+        let plan = plan_of(&steps, 5, false, Room::default());
         let grown = 128_000;
         assert!(grown <= plan.sites[0].capacity, "{:?}", plan.sites[0]);
         let (a, b) = (
@@ -821,14 +806,16 @@ mod tests {
                 ..StepRecord::default()
             })
             .collect();
-        let refs: Vec<&StepRecord> = steps.iter().collect();
         let held = [(0u64, 512u64), (6144, 7168)];
-        let merged = Merger::new().restrict(&refs);
-        let room = Room {
-            capacity: None,
-            held: &held,
-        };
-        let plan = plan(&refs, merged, 4, 0, false, Duration::from_secs(1), room);
+        let plan = plan_of(
+            &steps,
+            4,
+            false,
+            Room {
+                capacity: None,
+                held: &held,
+            },
+        );
         for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
             for &(start, end) in &held {
                 assert!(
@@ -872,11 +859,9 @@ mod tests {
                     ..StepRecord::default()
                 })
                 .collect();
-            let refs: Vec<&StepRecord> = steps.iter().collect();
             let held = [(held_at * 512, held_at * 512 + 1024)];
-            let merged = Merger::new().restrict(&refs);
             let room = Room { capacity: None, held: &held };
-            let plan = plan(&refs, merged, count as u64 + 1, 0, false, Duration::from_secs(1), room);
+            let plan = plan_of(&steps, count as u64 + 1, false, room);
             proptest::prop_assert!(each_step_fits(&plan, &steps));
             for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
                 proptest::prop_assert!(s.offset + s.slot <= plan.slab_bytes);
@@ -916,17 +901,7 @@ mod tests {
                 ..StepRecord::default()
             })
             .collect();
-        let refs: Vec<&StepRecord> = steps.iter().collect();
-        let merged = Merger::new().restrict(&refs);
-        let plan = plan(
-            &refs,
-            merged,
-            3,
-            0,
-            true,
-            Duration::from_secs(1),
-            Room::default(),
-        );
+        let plan = plan_of(&steps, 3, true, Room::default());
         assert!(plan.sites[1].alternate.is_some());
         assert_eq!(plan.sites[2].unplanned, Some(Unplanned::Outlives));
         assert_eq!(plan.sites[2].alternate, None);

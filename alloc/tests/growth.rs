@@ -143,24 +143,30 @@ fn a_growing_run_is_planned_from_its_latest_step_not_from_a_merge_of_all() {
     assert_eq!(p.stats.errors.double_free + p.stats.errors.unknown_free, 0);
 }
 
+/// Replays a generated loop's trace (tests/data/README.md) through the
+/// default policy: its whole-run peak reserved and its live lower bound,
+/// after checking that nothing was freed twice or unknown.
+fn replay_generated(name: &str) -> (u64, u64) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/data/generated/{name}.csv.gz"));
+    let events = support::loops::read_gz(&path);
+    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
+    let s = &p.stats;
+    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    (p.peak_reserved_bytes, p.live_lower_bound_bytes)
+}
+
 #[test]
 fn a_smaller_replan_shrinks_a_much_taller_region_in_place() {
     // A generated loop (tests/data/README.md) whose re-plans go down as well
     // as up: the region kept the height of the tallest plan (1.915x the
     // live lower bound over the run) until a smaller plan shrinks it in
     // place and its pages past the plan go back (1.640x).
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/generated/loop-1-020.csv.gz");
-    let events = support::loops::read_gz(&path);
-    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
-    let s = &p.stats;
-    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
-    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    let (peak, bound) = replay_generated("loop-1-020");
     assert!(
-        p.peak_reserved_bytes * 4 <= p.live_lower_bound_bytes * 7,
-        "peak {} for a live lower bound of {}",
-        p.peak_reserved_bytes,
-        p.live_lower_bound_bytes
+        peak * 4 <= bound * 7,
+        "peak {peak} for a live lower bound of {bound}"
     );
 }
 
@@ -171,18 +177,10 @@ fn a_loose_larger_replan_grows_in_place_instead_of_holding_old_bytes_unused() {
     // bytes past the first slot that would straddle its end were held
     // unused beside the new region (1.868x the live lower bound over the
     // run); grown in place, 1.230x.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/generated/loop-1-092.csv.gz");
-    let events = support::loops::read_gz(&path);
-    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
-    let s = &p.stats;
-    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
-    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    let (peak, bound) = replay_generated("loop-1-092");
     assert!(
-        p.peak_reserved_bytes * 2 <= p.live_lower_bound_bytes * 3,
-        "peak {} for a live lower bound of {}",
-        p.peak_reserved_bytes,
-        p.live_lower_bound_bytes
+        peak * 2 <= bound * 3,
+        "peak {peak} for a live lower bound of {bound}"
     );
 }
 
@@ -193,17 +191,9 @@ fn sites_placed_by_each_steps_own_conflicts_hold_a_loop_of_changing_shapes_near_
     // largest size, the plans were up to 1.7x their own steps' lower
     // bound and the run held 2.008x the live lower bound; placed by each
     // recorded step's own conflicts and sizes (step_conflicts.rs), 1.181x.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/generated/loop-1-058.csv.gz");
-    let events = support::loops::read_gz(&path);
-    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
-    let s = &p.stats;
-    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
-    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    let (peak, bound) = replay_generated("loop-1-058");
     assert!(
-        p.peak_reserved_bytes * 10 <= p.live_lower_bound_bytes * 13,
-        "peak {} for a live lower bound of {}",
-        p.peak_reserved_bytes,
-        p.live_lower_bound_bytes
+        peak * 10 <= bound * 13,
+        "peak {peak} for a live lower bound of {bound}"
     );
 }
