@@ -208,10 +208,18 @@ def ratio(a, b):
 
 
 def complete_lines(trace):
-    """The trace's lines up to its last ``step_end``: the library flushes at every step end, so a
-    process that exits leaves its last step's lines unwritten or cut in the middle of one."""
+    """The trace's lines up to its last ``step_end`` and the step boundary's segment lines after it.
+
+    The library flushes at every ``step_end`` and ``step_begin``, so a process that exits leaves
+    its last step's lines unwritten or cut in the middle of one. What the allocator does at a step
+    boundary (a plan installed, a trim, the take-over's late pages mapped) is written after the
+    ``step_end`` line and flushed with the next ``step_begin``: where that line is there, the
+    boundary's lines are whole and kept (they can hold the run's peak)."""
     lines = trace.read_text().splitlines(keepends=True)
     last = max((i for i, line in enumerate(lines) if line.startswith("step_end")), default=0)
+    begin = next((i for i in range(last + 1, len(lines)) if lines[i].startswith("step_begin")), None)
+    if begin is not None and all(line.startswith("segment_") for line in lines[last + 1 : begin]):
+        return lines[:begin]
     return lines[: last + 1]
 
 
