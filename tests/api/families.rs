@@ -105,26 +105,31 @@ fn copies_one_after_the_other_are_placed_as_one() {
 
 #[test]
 fn overlapping_copies_are_no_higher_than_their_base_stacked() {
-    // Twelve copies of MiniMalloc's E, each half a span after the last
-    // (2,580 buffers in one piece, two copies alive at any time). E alone
+    // Four and twelve copies of MiniMalloc's E, each half a span after the
+    // last (860 and 2,580 buffers in one piece, two copies alive at any
+    // time). E alone
     // packs to its bound (the search finds it), and its load is nearly
     // flat, so two copies stacked need twice that: about 1.002x the union's
     // bound. Best fit on the union left copies like these 1.21x above it
     // (nineteen copies, before the copies were stacked).
     let one = load("minimalloc/E.1048576.csv");
-    let twelve = families::copies(&one, 12, 0.5);
-    let strategy = Strategy::default().with_time_limit(Duration::from_secs(60));
-    let solution = placement::solve(&twelve, &strategy).unwrap();
-    assert_eq!(shadow_overlap(&twelve, &solution.offsets), None);
-    assert_eq!(
-        solution.height,
-        placement::height(&twelve, &solution.offsets)
-    );
     let stacked = 2 * placement::lower_bound(&one);
-    assert!(
-        solution.height <= stacked,
-        "12 copies at {} ({:.4}x the bound), two bases stacked {stacked}",
-        solution.height,
-        solution.height as f64 / placement::lower_bound(&twelve) as f64
-    );
+    let strategy = Strategy::default().with_time_limit(Duration::from_secs(60));
+    // Four copies (860 buffers, below the size where the default splits)
+    // no worse than twelve.
+    for count in [4, 12] {
+        let copies = families::copies(&one, count, 0.5);
+        let solution = placement::solve(&copies, &strategy).unwrap();
+        assert_eq!(shadow_overlap(&copies, &solution.offsets), None);
+        assert_eq!(
+            solution.height,
+            placement::height(&copies, &solution.offsets)
+        );
+        assert!(
+            solution.height <= stacked,
+            "{count} copies at {} ({:.4}x the bound), two bases stacked {stacked}",
+            solution.height,
+            solution.height as f64 / placement::lower_bound(&copies) as f64
+        );
+    }
 }

@@ -10,8 +10,9 @@
 //! anyway). Here the base is placed once and every copy, in time order, is
 //! put as a rigid block (the base's offsets, or the base's placement
 //! upside down) at the lowest offset where none of its buffers meets a
-//! buffer of an earlier copy alive with it: never worse than one base's
-//! height per copy alive at once.
+//! buffer of an earlier copy alive with it. Lanes (copy j at `j mod alive`
+//! base heights) are the fallback: never worse than one base's height per
+//! copy alive at once.
 //!
 //! Detection ([`detect`]) is exact: the buffers sorted by (start, end,
 //! size) are peeled into chains `b, b + step, ..., b + (k-1) step` from the
@@ -127,7 +128,10 @@ pub(super) fn detect(items: &[Interval]) -> Option<Copies> {
     for &step in steps.iter().take(STEPS_TRIED) {
         // The first buffer's chain bounds the count.
         let mut longest = 1usize;
-        while find((first.0 + longest * step, first.1 + longest * step, size)).is_some() {
+        while let Some(shift) = longest.checked_mul(step)
+            && let (Some(lo), Some(hi)) = (first.0.checked_add(shift), first.1.checked_add(shift))
+            && find((lo, hi, size)).is_some()
+        {
             longest += 1;
         }
         let counts = (2..=longest.min(n / 2))
@@ -175,7 +179,8 @@ fn peel(keys: &[Key], order: &[usize], step: usize, count: usize) -> Option<Vec<
         chains.push(order[p]);
         let (lo, hi, size) = keys[p];
         for j in 1..count {
-            let want = (lo + j * step, hi + j * step, size);
+            let shift = j.checked_mul(step)?;
+            let want = (lo.checked_add(shift)?, hi.checked_add(shift)?, size);
             let q = keys.partition_point(|x| *x < want);
             if q >= n || keys[q] != want {
                 return None;
@@ -551,6 +556,26 @@ fn settle(items: &[Interval], offsets: &[usize]) -> Vec<usize> {
     out
 }
 
+/// The copies in lanes: copy j upright at `(j mod alive) × height` of the
+/// base, so that copies alive together never share an address range: at
+/// most one base height per copy alive at once, what the stacks are
+/// measured against.
+pub(super) fn lanes(items: &[Interval], copies: &Copies, base_offsets: &[usize]) -> Vec<usize> {
+    let base = copies.base();
+    let top = block_top(items, &base, base_offsets);
+    let alive = copies.alive(items);
+    let count = copies.count;
+    let mut offsets = vec![0usize; items.len()];
+    for j in 0..count {
+        let at = (j % alive).saturating_mul(top);
+        for (r, &o) in base_offsets.iter().enumerate() {
+            let i = copies.chains[r * count + j];
+            offsets[i] = if items[i].is_trivial() { 0 } else { at + o };
+        }
+    }
+    offsets
+}
+
 /// The block offsets at which the later copy (its buffers at `own`
 /// relative to its block) meets the earlier one `shift` earlier in time
 /// (its buffers at `at + other`): one range per pair alive together.
@@ -708,5 +733,60 @@ mod tests {
         validate(&items, &offsets, None).unwrap();
         assert!(height(&items, &offsets) <= 2 * h1);
         assert_eq!(height(&items, &offsets), lower_bound(&items));
+        let by_edges = stack_by_edges(&items, &found, &base_offsets).unwrap();
+        validate(&items, &by_edges, None).unwrap();
+        assert!(height(&items, &by_edges) <= 2 * h1);
+    }
+
+    #[test]
+    fn random_copies_are_found_and_both_stacks_are_valid() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |m: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m as u64) as usize
+        };
+        let mut found_count = 0;
+        for _ in 0..40 {
+            let span = 8 + next(40);
+            let base: Vec<Interval> = (0..3 + next(30))
+                .map(|_| {
+                    let lower = next(span - 1);
+                    iv(lower, lower + 1 + next(span - lower), 1 + next(64))
+                })
+                .collect();
+            let count = 2 + next(8);
+            let step = 1 + next(span);
+            let items = copies_of(&base, count, step);
+            // Detection tries a few steps and counts only: it may miss.
+            let Some(found) = detect(&items) else {
+                continue;
+            };
+            found_count += 1;
+            // The copies found may be coarser or finer (a base that is
+            // itself copies), but they rebuild the same multiset.
+            assert_eq!(found.chains.len(), items.len());
+            let mut seen = found.chains.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), items.len());
+            let base_items: Vec<Interval> = found.base().iter().map(|&i| items[i]).collect();
+            let base_offsets =
+                super::super::greedy_lowest(&base_items, super::super::GreedyOrder::Size);
+            let h1 = height(&base_items, &base_offsets);
+            let alive = found.alive(&items);
+            for offsets in [
+                stack(&items, &found, &base_offsets),
+                stack_by_edges(&items, &found, &base_offsets),
+            ] {
+                validate(&items, &offsets.unwrap(), None).unwrap();
+            }
+            // Lanes: one base height per copy alive at once.
+            let lanes = lanes(&items, &found, &base_offsets);
+            validate(&items, &lanes, None).unwrap();
+            assert!(height(&items, &lanes) <= alive * h1);
+        }
+        assert!(found_count >= 30, "found {found_count} of 40");
     }
 }
