@@ -136,7 +136,7 @@ pub(super) fn detect(items: &[Interval]) -> Option<Copies> {
         }
         let counts = (2..=longest.min(n / 2))
             .rev()
-            .filter(|&k| n % k == 0 && shape_gcd % k == 0)
+            .filter(|&k| n.is_multiple_of(k) && shape_gcd.is_multiple_of(k))
             .take(COUNTS_TRIED);
         for count in counts {
             if let Some(chains) = peel(&keys, &order, step, count) {
@@ -300,13 +300,9 @@ pub(super) fn stack(
         }
         let (at, flip) = best.unwrap_or((0, false));
         let own = if flip { &flipped } else { base_offsets };
-        for r in 0..m {
+        for (r, &o) in own.iter().enumerate() {
             let i = copies.chains[r * count + j];
-            offsets[i] = if items[i].is_trivial() {
-                0
-            } else {
-                at + own[r]
-            };
+            offsets[i] = if items[i].is_trivial() { 0 } else { at + o };
         }
         placed.push((at, flip));
     }
@@ -496,10 +492,10 @@ fn place_blocks(
         let mut best: Option<(usize, bool)> = None;
         for (b, flip) in [(0, false), (1, true)] {
             ranges.clear();
-            for delta in 1..alive.min(j + 1) {
+            for (delta, row) in gap.iter().enumerate().take(alive.min(j + 1)).skip(1) {
                 let i = j - delta;
                 let a = usize::from(orient[i]);
-                if let (Some(above), Some(below)) = gap[delta][a][b] {
+                if let (Some(above), Some(below)) = row[a][b] {
                     // Forbidden: placed[i] - below < o < placed[i] + above.
                     let lo = placed[i] as i128 - below + 1;
                     let hi = placed[i] as i128 + above - 1;
