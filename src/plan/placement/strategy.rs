@@ -117,6 +117,10 @@ pub enum StrategyKind {
     /// bottom, and the pieces above them, when that costs nothing in the
     /// bound. Ten copies of idealloc's S_1 one after the other are then
     /// placed as one (docs/planner.md, "Never worse than the parts").
+    /// Overlapping copies of one instance (up to 2^17 buffers, at most
+    /// 2^25 pairs of different copies alive together), at any size, start
+    /// from the base placed once and the copies stacked as rigid blocks
+    /// (`copies.rs`), and are polished by the search.
     Auto,
 }
 
