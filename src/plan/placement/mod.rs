@@ -56,6 +56,7 @@ use serde::{Deserialize, Serialize};
 
 mod bound;
 mod components;
+mod copies;
 mod decompose;
 mod engine;
 mod fit_scan;
