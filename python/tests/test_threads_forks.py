@@ -168,12 +168,21 @@ def test_a_background_allocating_thread_leaves_the_plan_alone(env, tmp_path):
     assert s["served_share"] >= 0.99, s
     assert s["replans"] == base["replans"], (s["replans"], base["replans"])
     assert s["errors"] == {k: 0 for k in s["errors"]}, s["errors"]
-    # The thread's blocks cost the plan nothing beyond themselves: peak
-    # reserved over the live lower bound as without the thread (the 1.10x
-    # target of issue 42 is the loop's own: see docs/allocator.md, "Threads").
-    ratio = s["peak_reserved_bytes"] / s["lower_bound_bytes"]
-    ratio_alone = base["peak_reserved_bytes"] / base["lower_bound_bytes"]
+    # The thread's blocks cost the plan nothing beyond themselves: while the
+    # plan serves, peak reserved over peak live as without the thread (the
+    # 1.10x target of issue 42 is the loop's own: see docs/allocator.md,
+    # "Threads").
+    plan, plan_alone = s["current_plan"], base["current_plan"]
+    ratio = plan["peak_reserved_bytes"] / plan["peak_live_bytes"]
+    ratio_alone = plan_alone["peak_reserved_bytes"] / plan_alone["peak_live_bytes"]
     assert ratio <= ratio_alone * 1.02, (ratio, ratio_alone)
+    # The whole run's peak is the warm-up step's, before any plan (since the
+    # take-over no longer holds anything twice): there the thread's blocks,
+    # made at moments its scheduling picks, can take one more of the range's
+    # 128 KiB warm-up chunks (1.05x to 1.12x against 1.03x alone, 2026-12-06),
+    # never more.
+    assert s["peak_reserved_bytes"] <= base["peak_reserved_bytes"] + (128 << 10), (
+        s["peak_reserved_bytes"], base["peak_reserved_bytes"])
 
 
 MANY_REQUESTS_NO_STEP_END = """
