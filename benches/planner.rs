@@ -51,8 +51,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 use tensor_arena::Planner;
-use tensor_arena::plan::minimalloc;
 use tensor_arena::plan::placement::{self, AUTO_BEST_MAX, GreedyOrder, Interval, Strategy};
+use tensor_arena::plan::{families, minimalloc};
 
 const CAPACITY: usize = 1_048_576;
 
@@ -202,21 +202,6 @@ fn idealloc(c: &mut Criterion) {
     g.finish();
 }
 
-/// `copies` copies of `items`, each shifted in time past the end of the
-/// previous one, so the lower bound stays that of `items`.
-fn time_shifted_copies(items: &[Interval], copies: usize) -> Vec<Interval> {
-    let span = items.iter().map(|it| it.upper).max().unwrap_or(0);
-    (0..copies)
-        .flat_map(|k| {
-            items.iter().map(move |it| Interval {
-                lower: it.lower + k * span,
-                upper: it.upper + k * span,
-                size: it.size,
-            })
-        })
-        .collect()
-}
-
 /// Writes `items` as a MiniMalloc CSV file.
 fn write_csv(items: &[Interval], path: &std::path::Path) -> std::io::Result<()> {
     use std::io::Write;
@@ -239,7 +224,7 @@ fn step(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(100))
         .measurement_time(Duration::from_secs(1));
     for copies in [1, 2, 3, 10] {
-        let items = time_shifted_copies(&y_1, copies);
+        let items = families::copies(&y_1, copies, 1.0);
         let bound = placement::lower_bound(&items);
         if copies == 3 {
             let path = std::env::temp_dir().join("tensor-arena-Y_1x3.csv");
@@ -292,68 +277,17 @@ fn step(c: &mut Criterion) {
     g.finish();
 }
 
-/// `copies` copies of `items`, copy k shifted by k x span x `shift` (1:
-/// one after the other; below 1 they overlap in time). The same as
-/// examples/plan_scale.rs.
-fn shifted_copies(items: &[Interval], copies: usize, shift: f64) -> Vec<Interval> {
-    let span = items.iter().map(|it| it.upper).max().unwrap_or(0);
-    let step = ((span as f64) * shift).round() as usize;
-    (0..copies)
-        .flat_map(|k| {
-            items.iter().map(move |it| Interval {
-                lower: it.lower + k * step,
-                upper: it.upper + k * step,
-                size: it.size,
-            })
-        })
-        .collect()
-}
-
-/// A random interval graph of `n` buffers (xorshift, deterministic):
-/// starts uniform over `n / 8` steps, 80% of lifetimes up to 32 steps, 18%
-/// up to 512, 2% up to 8,192; sizes 512 bytes to 4 MiB, small ones
-/// common. The same as examples/plan_scale.rs.
-fn random_intervals(n: usize, seed: u64) -> Vec<Interval> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let horizon = (n / 8).max(1) as u64;
-    (0..n)
-        .map(|_| {
-            let lower = (next() % horizon) as usize;
-            let r = next() % 100;
-            let len = if r < 80 {
-                1 + next() % 32
-            } else if r < 98 {
-                1 + next() % 512
-            } else {
-                1 + next() % 8192
-            };
-            let size = 512 * ((1 + next() % 8192) >> (next() % 12)) as usize;
-            Interval {
-                lower,
-                upper: lower + len as usize,
-                size,
-            }
-        })
-        .collect()
-}
-
 fn scale(c: &mut Criterion) {
     let y_1 = load_idealloc("Y_1");
     let mut cases: Vec<(String, Vec<Interval>)> = Vec::new();
     for shift in [1.0, 0.5, 0.25, 0.1] {
         cases.push((
             format!("Y_1x10-shift{shift}"),
-            shifted_copies(&y_1, 10, shift),
+            families::copies(&y_1, 10, shift),
         ));
     }
-    cases.push(("Y_1x16-shift0.5".into(), shifted_copies(&y_1, 16, 0.5)));
-    cases.push(("random-1M".into(), random_intervals(1_000_000, 7)));
+    cases.push(("Y_1x16-shift0.5".into(), families::copies(&y_1, 16, 0.5)));
+    cases.push(("random-1M".into(), families::random_run(1_000_000, 7)));
     let mut g = c.benchmark_group("scale");
     g.sample_size(10)
         .sampling_mode(SamplingMode::Flat)

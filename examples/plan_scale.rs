@@ -11,8 +11,8 @@
 
 use std::time::Instant;
 
-use tensor_arena::plan::minimalloc;
 use tensor_arena::plan::placement::{self, GreedyOrder, Interval, Strategy};
+use tensor_arena::plan::{families, minimalloc};
 
 fn load_idealloc(name: &str) -> Result<Vec<Interval>, Box<dyn std::error::Error>> {
     let path = format!(
@@ -22,55 +22,6 @@ fn load_idealloc(name: &str) -> Result<Vec<Interval>, Box<dyn std::error::Error>
     Ok(minimalloc::parse(&std::fs::read_to_string(path)?)?.buffers)
 }
 
-/// `copies` copies of `items`, copy k shifted by k * span * shift (shift 1:
-/// one after the other; below 1 they overlap in time).
-fn copies(items: &[Interval], copies: usize, shift: f64) -> Vec<Interval> {
-    let span = items.iter().map(|it| it.upper).max().unwrap_or(0);
-    let step = ((span as f64) * shift).round() as usize;
-    (0..copies)
-        .flat_map(|k| {
-            items.iter().map(move |it| Interval {
-                lower: it.lower + k * step,
-                upper: it.upper + k * step,
-                size: it.size,
-            })
-        })
-        .collect()
-}
-
-/// A random interval graph of `n` buffers (deterministic): starts uniform
-/// over `n / 8` time steps, most lifetimes short, a few long, sizes from
-/// 512 bytes to 4 MiB, small ones common.
-fn random(n: usize, seed: u64) -> Vec<Interval> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let horizon = (n / 8).max(1) as u64;
-    (0..n)
-        .map(|_| {
-            let lower = (next() % horizon) as usize;
-            let r = next() % 100;
-            let len = if r < 80 {
-                1 + next() % 32
-            } else if r < 98 {
-                1 + next() % 512
-            } else {
-                1 + next() % 8192
-            };
-            let size = 512 * ((1 + next() % 8192) >> (next() % 12)) as usize;
-            Interval {
-                lower,
-                upper: lower + len as usize,
-                size,
-            }
-        })
-        .collect()
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let filter = std::env::args().nth(1).unwrap_or_default();
     let y_1 = load_idealloc("Y_1")?;
@@ -78,13 +29,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cases: Vec<(String, Vec<Interval>)> = vec![
         ("S_1".into(), s_1),
         ("Y_1".into(), y_1.clone()),
-        ("Y_1x10/shift1".into(), copies(&y_1, 10, 1.0)),
+        ("Y_1x10/shift1".into(), families::copies(&y_1, 10, 1.0)),
     ];
     for shift in [0.5, 0.25, 0.1] {
-        cases.push((format!("Y_1x10/shift{shift}"), copies(&y_1, 10, shift)));
+        cases.push((
+            format!("Y_1x10/shift{shift}"),
+            families::copies(&y_1, 10, shift),
+        ));
     }
-    cases.push(("Y_1x16/shift0.5 (1.0M)".into(), copies(&y_1, 16, 0.5)));
-    cases.push(("random/1M".into(), random(1_000_000, 7)));
+    cases.push((
+        "Y_1x16/shift0.5 (1.0M)".into(),
+        families::copies(&y_1, 16, 0.5),
+    ));
+    cases.push(("random/1M".into(), families::random_run(1_000_000, 7)));
     // A name given exactly runs that instance alone; otherwise every
     // instance whose name contains the argument.
     let exact = cases.iter().any(|(n, _)| *n == filter);

@@ -7,54 +7,23 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
 use support::cpu;
+use support::tagged::TaggedBlocks;
 use tensor_arena_alloc::PlannedAllocator;
 
-/// Live blocks by address (`addr -> end`), each tagged in host memory.
+/// Live blocks by address, each tagged in host memory.
 #[derive(Default)]
-struct Shadow(BTreeMap<usize, usize>);
-
-fn tag(addr: usize) -> u8 {
-    (addr / 512 % 251) as u8 + 1
-}
+struct Shadow(TaggedBlocks);
 
 impl Shadow {
     fn alloc(&mut self, a: &mut PlannedAllocator, size: usize) -> usize {
         let addr = a.alloc(size, 0, 0).expect("cpu memory");
-        let end = addr + size;
-        if let Some((&s, &e)) = self.0.range(..end).next_back() {
-            assert!(
-                e <= addr,
-                "[{addr:#x}, {end:#x}) overlaps live [{s:#x}, {e:#x})"
-            );
-        }
-        self.0.insert(addr, end);
-        // SAFETY: a live block of `size` >= 1 bytes of host memory the
-        // allocator just gave (the CPU backend); nothing else writes it.
-        unsafe {
-            std::ptr::write_volatile(addr as *mut u8, tag(addr));
-            std::ptr::write_volatile((end - 1) as *mut u8, tag(addr));
-        }
+        self.0.insert(addr, size);
         addr
     }
 
     fn free(&mut self, a: &mut PlannedAllocator, addr: usize) {
-        let end = self.0.remove(&addr).expect("freed once");
-        // SAFETY: the block is live until the free below: readable host
-        // memory of at least one byte.
-        let (first, last) = unsafe {
-            (
-                std::ptr::read_volatile(addr as *const u8),
-                std::ptr::read_volatile((end - 1) as *const u8),
-            )
-        };
-        assert_eq!(
-            (first, last),
-            (tag(addr), tag(addr)),
-            "{addr:#x} lost its bytes"
-        );
+        self.0.remove(addr);
         a.free(addr);
     }
 }
@@ -121,7 +90,7 @@ fn a_larger_replan_grows_the_slab_in_place_over_the_bytes_after_it() {
     );
     assert_eq!(s.replans, 1);
     assert_eq!(a.slab().map(|s| s.base), Some(base));
-    assert!(sh.0.is_empty());
+    assert!(sh.0.0.is_empty());
     assert_eq!(a.reset(), 0, "nothing leaked");
 }
 

@@ -10,71 +10,17 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use support::cpu;
+use support::tagged::TaggedBlocks;
 use tensor_arena_alloc::{PlannedAllocator, RequestPhase};
 
-/// Live blocks by address: `addr -> end`.
-#[derive(Default)]
-struct Shadow(BTreeMap<usize, usize>);
-
-/// The tag of the block at `addr` (never 0: an unmapped page reads 0).
-fn tag(addr: usize) -> u8 {
-    (addr / 512 % 251) as u8 + 1
-}
-
-/// Writes the block's tag into its first and last bytes (host memory).
-fn stamp(addr: usize, size: usize) {
-    // SAFETY: `addr` is a live block of `size` >= 1 bytes of host memory the
-    // allocator just gave (the CPU backend); nothing else writes it.
-    unsafe {
-        std::ptr::write_volatile(addr as *mut u8, tag(addr));
-        std::ptr::write_volatile((addr + size - 1) as *mut u8, tag(addr));
-    }
-}
-
-/// Checks the tag before the block is freed.
-fn verify(addr: usize, size: usize) {
-    // SAFETY: the block is still live (freed right after this check): its
-    // bytes are readable host memory.
-    let (first, last) = unsafe {
-        (
-            std::ptr::read_volatile(addr as *const u8),
-            std::ptr::read_volatile((addr + size - 1) as *const u8),
-        )
-    };
-    assert_eq!(
-        (first, last),
-        (tag(addr), tag(addr)),
-        "the {size}-byte block at {addr:#x} lost its bytes while live"
-    );
-}
-
-impl Shadow {
-    fn insert(&mut self, addr: usize, size: usize) {
-        let end = addr + size;
-        stamp(addr, size);
-        if let Some((&a, &e)) = self.0.range(..end).next_back() {
-            assert!(
-                e <= addr,
-                "block [{addr:#x}, {end:#x}) overlaps live [{a:#x}, {e:#x})"
-            );
-        }
-        assert!(self.0.insert(addr, end).is_none());
-    }
-    fn remove(&mut self, addr: usize) {
-        let end = self.0.remove(&addr);
-        assert!(end.is_some(), "{addr:#x} freed twice");
-        if let Some(end) = end {
-            verify(addr, end - addr);
-        }
-    }
-}
+/// Live blocks by address, tagged at both ends.
+type Shadow = TaggedBlocks;
 
 /// One step of a program: requests (size, how many requests later it is
 /// freed, `None` = kept past the step; whether it is made in an eval pass).

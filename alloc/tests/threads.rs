@@ -7,7 +7,6 @@
 //! first and last bytes carry a tag written at its allocation and checked
 //! at its free. One process-wide allocator: the tests take turns.
 
-use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,7 +17,10 @@ use tensor_arena_alloc::ffi::*;
 
 #[path = "support/c_abi.rs"]
 mod c_abi;
+#[path = "support/tagged.rs"]
+mod tagged;
 use c_abi::{configure, last_error, stats};
+use tagged::TaggedBlocks;
 
 static TURN: Mutex<()> = Mutex::new(());
 
@@ -33,47 +35,8 @@ fn let_others_run(n: usize) {
     }
 }
 
-/// Live blocks of every thread: `addr -> end`.
-#[derive(Default)]
-struct Shadow(BTreeMap<usize, usize>);
-
-fn tag(addr: usize) -> u8 {
-    (addr / 512 % 251) as u8 + 1
-}
-
-impl Shadow {
-    fn insert(&mut self, addr: usize, size: usize) {
-        let end = addr + size;
-        if let Some((&a, &e)) = self.0.range(..end).next_back() {
-            assert!(
-                e <= addr || a >= end,
-                "{addr:#x}+{size} overlaps {a:#x}..{e:#x}"
-            );
-        }
-        self.0.insert(addr, end);
-        // SAFETY: a live block of `size` >= 1 host bytes just handed out.
-        unsafe {
-            std::ptr::write_volatile(addr as *mut u8, tag(addr));
-            std::ptr::write_volatile((end - 1) as *mut u8, tag(addr));
-        }
-    }
-
-    fn remove(&mut self, addr: usize) {
-        let end = self.0.remove(&addr).expect("freed once");
-        // SAFETY: still live (freed right after): readable host bytes.
-        let (first, last) = unsafe {
-            (
-                std::ptr::read_volatile(addr as *const u8),
-                std::ptr::read_volatile((end - 1) as *const u8),
-            )
-        };
-        assert_eq!(
-            (first, last),
-            (tag(addr), tag(addr)),
-            "block {addr:#x} lost its bytes"
-        );
-    }
-}
+/// Live blocks of every thread.
+type Shadow = TaggedBlocks;
 
 /// A request as the extensions make it outside autograd's backward.
 fn alloc_routed(shadow: &Mutex<Shadow>, size: usize) -> *mut c_void {

@@ -72,6 +72,41 @@ pub fn copies(items: &[Interval], count: usize, shift: f64) -> Vec<Interval> {
         .collect()
 }
 
+/// A random instance of `n` buffers shaped like a training run
+/// (deterministic, xorshift from `seed`): starts uniform over `n / 8`
+/// times, 80% of lifetimes up to 32 times, 18% up to 512, 2% up to 8,192;
+/// sizes 512 bytes to 4 MiB, small ones common. The planner bench's,
+/// `plan_scale`'s and the large-instance tests' instance.
+pub fn random_run(n: usize, seed: u64) -> Vec<Interval> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let horizon = (n / 8).max(1) as u64;
+    (0..n)
+        .map(|_| {
+            let lower = (next() % horizon) as usize;
+            let r = next() % 100;
+            let len = if r < 80 {
+                1 + next() % 32
+            } else if r < 98 {
+                1 + next() % 512
+            } else {
+                1 + next() % 8192
+            };
+            let size = 512 * ((1 + next() % 8192) >> (next() % 12)) as usize;
+            Interval {
+                lower,
+                upper: lower + len as usize,
+                size,
+            }
+        })
+        .collect()
+}
+
 /// Two instances alive together: both stretched onto the same time axis
 /// (times of `a` times the span of `b` and the other way round, so no
 /// lifetime becomes empty and both cover the whole axis).

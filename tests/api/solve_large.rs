@@ -11,43 +11,11 @@
 
 use std::time::Duration;
 
+use tensor_arena::plan::families;
 use tensor_arena::plan::placement::{self, Interval, Strategy};
 
 /// Buffers above which one piece's round compares more than 2^34 pairs.
 const ONE_PIECE_ROUND_MAX: usize = 1 << 17;
-
-/// A random interval graph shaped like a training run (the planner
-/// bench's `random_intervals`): starts over n / 8 steps, 80% of lifetimes
-/// up to 32 steps, 18% up to 512, 2% up to 8,192; sizes 512 B to 4 MiB.
-fn random_intervals(n: usize, seed: u64) -> Vec<Interval> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let horizon = (n / 8).max(1) as u64;
-    (0..n)
-        .map(|_| {
-            let lower = (next() % horizon) as usize;
-            let r = next() % 100;
-            let len = if r < 80 {
-                1 + next() % 32
-            } else if r < 98 {
-                1 + next() % 512
-            } else {
-                1 + next() % 8192
-            };
-            let size = 512 * ((1 + next() % 8192) >> (next() % 12)) as usize;
-            Interval {
-                lower,
-                upper: lower + len as usize,
-                size,
-            }
-        })
-        .collect()
-}
 
 /// Whether the buffers form one time-independent piece: every time
 /// between the first start and the last end is crossed by some buffer.
@@ -65,7 +33,7 @@ fn one_piece(items: &[Interval]) -> bool {
 #[test]
 #[cfg_attr(debug_assertions, ignore = "a second in release, minutes in debug")]
 fn the_default_places_an_instance_above_the_rounds_cap_validly() {
-    let items = random_intervals(140_000, 7);
+    let items = families::random_run(140_000, 7);
     assert!(items.len() > ONE_PIECE_ROUND_MAX);
     assert!(one_piece(&items), "one piece: its round is n^2 pairs");
     let strategy = Strategy::default().with_time_limit(Duration::from_secs(2));

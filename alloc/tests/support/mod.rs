@@ -5,6 +5,8 @@
 pub mod growing;
 /// The recorded loops of the allocator suite.
 pub mod loops;
+/// A shadow map of live host blocks, tagged at both ends.
+pub mod tagged;
 use tensor_arena_alloc::{Config, PlannedAllocator};
 
 /// A CPU allocator with the given policy keys (JSON object body).
