@@ -24,11 +24,17 @@
 use tensor_arena::plan::placement::Interval;
 
 use crate::record::{Life, StepRecord};
-use crate::site_plan::slot_for;
+use crate::site_plan::{GRANULE, slot_for};
+
+/// Whole granules of `bytes` (rounded up; a slot is whole granules, so
+/// exact), saturating where a `u32` ends (2 TiB).
+fn granules(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(GRANULE)).unwrap_or(u32::MAX)
+}
 
 /// The most slots placed this way: the separations are a dense `n * n`
-/// matrix (16 MiB at this size, while the plan is made); larger plans
-/// keep the interval placement.
+/// matrix of granule counts (16 MiB at this size, while the plan is
+/// made); larger plans keep the interval placement.
 pub const MAX_SLOTS: usize = 2048;
 
 /// A site whose requests grew in each of its last this many recorded
@@ -45,7 +51,9 @@ const GROWN_STEPS: usize = 2;
 /// `a` needs below `b` when placed under it (`0`: no conflict).
 struct Separations {
     n: usize,
-    below: Vec<u64>,
+    /// In granules ([`GRANULE`] bytes: every slot is whole granules),
+    /// so that the matrix is half the size of one in bytes.
+    below: Vec<u32>,
 }
 
 impl Separations {
@@ -62,10 +70,21 @@ impl Separations {
         if a == b {
             return;
         }
+        let (ga, gb) = (granules(bytes_a), granules(bytes_b));
         let ab = &mut self.below[a * self.n + b];
-        *ab = (*ab).max(bytes_a);
+        *ab = (*ab).max(ga);
         let ba = &mut self.below[b * self.n + a];
-        *ba = (*ba).max(bytes_b);
+        *ba = (*ba).max(gb);
+    }
+
+    /// Bytes `a` needs below `b` (`0`: no conflict).
+    fn get(&self, a: usize, b: usize) -> u64 {
+        u64::from(self.below[a * self.n + b]) * GRANULE
+    }
+
+    /// Sets the bytes `a` needs below `b`.
+    fn set(&mut self, a: usize, b: usize, bytes: u64) {
+        self.below[a * self.n + b] = granules(bytes);
     }
 
     /// Every pair alive at once on one timeline of `(lower, upper, slot,
@@ -100,7 +119,7 @@ impl Separations {
         for &i in order {
             refused.clear();
             for (j, &off) in offsets.iter().enumerate() {
-                let (under, over) = (self.below[i * self.n + j], self.below[j * self.n + i]);
+                let (under, over) = (self.get(i, j), self.get(j, i));
                 if off == UNPLACED || under == 0 || over == 0 {
                     continue;
                 }
@@ -138,7 +157,7 @@ impl Separations {
     fn holds(&self, offsets: &[usize]) -> bool {
         (0..self.n).all(|a| {
             (0..self.n).all(|b| {
-                let (ab, ba) = (self.below[a * self.n + b], self.below[b * self.n + a]);
+                let (ab, ba) = (self.get(a, b), self.get(b, a));
                 ab == 0
                     || ba == 0
                     || offsets[a] as u64 + ab <= offsets[b] as u64
@@ -331,10 +350,10 @@ pub fn place(
         let count = 1 + usize::from(slots.doubled[j]);
         for a in slots.first[j]..slots.first[j] + count {
             for b in 0..n {
-                if seps.below[a * n + b] > 0 || seps.below[b * n + a] > 0 {
+                if seps.get(a, b) > 0 || seps.get(b, a) > 0 {
                     let (sa, sb) = (intervals[a].size as u64, intervals[b].size as u64);
-                    seps.below[a * n + b] = sa;
-                    seps.below[b * n + a] = sb;
+                    seps.set(a, b, sa);
+                    seps.set(b, a, sb);
                 }
             }
         }
