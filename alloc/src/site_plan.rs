@@ -827,6 +827,50 @@ mod tests {
         assert!(each_step_fits(&plan, &steps));
     }
 
+    #[test]
+    fn a_small_block_carried_into_an_unrecorded_successor_keeps_its_bytes() {
+        // Training steps 1-2: two large blocks and a 4-byte loss that the
+        // next training step frees at once. Step 5, of another kind (an
+        // eval pass: two larger blocks), follows a step that was not
+        // recorded: the loss of the training step before it may live
+        // through it (torch frees it when the eval's loss replaces it), so
+        // no site step 5 uses may share the loss's bytes.
+        let train = |s: u64| StepRecord {
+            step: s,
+            requests: vec![
+                req(64_000, Some((s, 2))),
+                req(64_000, Some((s, 3))),
+                req(4, Some((s + 1, 1))),
+            ],
+            ..StepRecord::default()
+        };
+        let eval = StepRecord {
+            step: 5,
+            requests: vec![req(96_000, Some((5, 1))), req(96_000, Some((5, 2)))],
+            ..StepRecord::default()
+        };
+        let steps = [train(1), train(2), eval];
+        let plan = plan_of(&steps, 6, false, Room::default());
+        let maps: Vec<Vec<u32>> = plan.merged.maps().map(<[u32]>::to_vec).collect();
+        let k = maps[1][2];
+        let loss = &plan.sites[k as usize];
+        assert!(loss.unplanned.is_none(), "{loss:?}");
+        let loss_end = loss.offset + slot_for(4, 0, false);
+        // (A site the merge gave both the loss and an eval block is the
+        // matcher's business: it never serves both at once.)
+        for (r, &j) in steps[2].requests.iter().zip(&maps[2]) {
+            let s = &plan.sites[j as usize];
+            assert!(
+                j == k
+                    || s.offset + slot_for(r.size, 0, false) <= loss.offset
+                    || loss_end <= s.offset,
+                "eval block of {} at {s:?} over the carried loss {loss:?}",
+                r.size
+            );
+        }
+        assert!(each_step_fits(&plan, &steps));
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
