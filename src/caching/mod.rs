@@ -20,6 +20,7 @@ mod layout;
 mod model;
 mod release;
 pub mod rules;
+mod same_state;
 mod stats;
 #[cfg(test)]
 mod tests;
