@@ -187,9 +187,32 @@ fn relax(items: &[Interval], share: f64) -> Vec<(usize, Interval)> {
 /// assert_eq!(peak_bound(&items, Duration::from_secs(1)), 5);
 /// ```
 pub fn peak_bound(items: &[Interval], time_limit: Duration) -> usize {
+    peak_bound_detail(items, time_limit).bound
+}
+
+/// What [`peak_bound_detail`] established.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PeakBound {
+    /// The bound of [`peak_bound`].
+    pub bound: usize,
+    /// The lowest share of the most bytes live whose busy times the search
+    /// placed exactly at the load bound: there the load bound is reachable,
+    /// so whatever forces a placement above it lies at times less busy
+    /// than that. `None` when not even the busiest times were.
+    pub at_load_down_to: Option<f64>,
+}
+
+/// [`peak_bound`], and how far down from the busiest times the load bound
+/// was shown reachable (printed by the `plan_families` example).
+pub fn peak_bound_detail(items: &[Interval], time_limit: Duration) -> PeakBound {
     let start = Instant::now();
-    let mut best = lower_bound(items);
+    let load = lower_bound(items);
+    let mut out = PeakBound {
+        bound: load,
+        at_load_down_to: None,
+    };
     let mut last_len = usize::MAX;
+    let mut last_at_load = false;
     for &share in &PEAK_SHARES {
         let left = time_limit.saturating_sub(start.elapsed());
         if left.is_zero() {
@@ -198,6 +221,9 @@ pub fn peak_bound(items: &[Interval], time_limit: Duration) -> usize {
         let relaxed = busy_times_relaxation(items, share);
         if relaxed.len() == last_len {
             // The same busy times: the same instance.
+            if last_at_load {
+                out.at_load_down_to = Some(share);
+            }
             continue;
         }
         last_len = relaxed.len();
@@ -207,9 +233,16 @@ pub fn peak_bound(items: &[Interval], time_limit: Duration) -> usize {
             time_limit: left / 2,
             node_limit: None,
         };
-        best = best.max(search(&relaxed, None, &config).proven_bound);
+        let found = search(&relaxed, None, &config);
+        out.bound = out.bound.max(found.proven_bound);
+        // Relaxations nest (a lower share keeps more times), so once one
+        // is placed at the load bound, every higher share's is too.
+        last_at_load = found.height <= load;
+        if last_at_load {
+            out.at_load_down_to = Some(share);
+        }
     }
-    best
+    out
 }
 
 /// The larger of [`window_bound`] and [`peak_bound`], each with half of
@@ -423,5 +456,22 @@ mod tests {
             shown > 0,
             "no gap above the load bound shown of {above_load}"
         );
+    }
+
+    #[test]
+    fn the_detail_says_how_far_down_the_load_bound_is_reachable() {
+        // The pinned gadget: its busiest times are all of it, and they
+        // cannot be placed at the load bound.
+        let alone = peak_bound_detail(&pinned(), Duration::from_secs(1));
+        assert_eq!(alone.bound, 5);
+        assert_eq!(alone.at_load_down_to, None);
+        // The gadget beside a busier buffer alone: the busiest times fit
+        // the load bound (10), the gadget's times (at most 0.4 of it) are
+        // never kept, so every share is shown reachable and the bound stays.
+        let mut items = pinned();
+        items.push(iv(10, 11, 10));
+        let d = peak_bound_detail(&items, Duration::from_secs(1));
+        assert_eq!(d.bound, 10);
+        assert_eq!(d.at_load_down_to, Some(PEAK_SHARES[PEAK_SHARES.len() - 1]));
     }
 }
