@@ -151,6 +151,7 @@ fn main() -> Res<()> {
         families::draw(&bases, seed, count, max_buffers)
     };
     let mut rows = Vec::new();
+    let mut misses = 0usize;
     for inst in instances.iter().filter(|i| i.name.contains(&filter)) {
         let items = &inst.items;
         let bound = placement::lower_bound(items);
@@ -170,6 +171,9 @@ fn main() -> Res<()> {
                 solution.proven_bound as f64 / bound as f64
             );
         }
+        // The target: at most 1.02x the load bound, or within 1%
+        // of a stronger bound shown.
+        let mut missed = ratio > 1.02;
         if bound_s > 0.0 && ratio > 1.02 {
             let half = Duration::from_secs_f64(bound_s / 2.0);
             let window = placement::window_bound(items, half);
@@ -182,6 +186,7 @@ fn main() -> Res<()> {
                 peak.bound as f64 / bound as f64,
                 solution.height as f64 / stronger as f64
             );
+            missed = solution.height as f64 > 1.01 * stronger as f64;
             if let Some(share) = peak.at_load_down_to {
                 // The busy times alone fit the load bound: the excess is
                 // not forced there.
@@ -190,6 +195,7 @@ fn main() -> Res<()> {
         }
         println!("{line}");
         rows.push((inst.name.clone(), ratio, secs));
+        misses += usize::from(missed);
     }
     let mut ratios: Vec<f64> = rows.iter().map(|r| r.1).collect();
     let mut times: Vec<f64> = rows.iter().map(|r| r.2).collect();
@@ -210,6 +216,9 @@ fn main() -> Res<()> {
         rows.iter().filter(|r| r.1 > 1.02).count(),
         rows.iter().filter(|r| r.2 > 10.0).count()
     );
+    if bound_s > 0.0 {
+        println!("above 1.02x and more than 1% above the stronger bound: {misses}");
+    }
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
     println!("worst by ratio:");
     for (name, ratio, secs) in rows.iter().take(5) {
