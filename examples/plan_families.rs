@@ -17,7 +17,11 @@
 //! (default 1,000,000), `--table` (the named instances of issue 39 instead of
 //! a draw), `--filter TEXT` (only instances whose name contains it),
 //! `--bound SECONDS` (for instances above 1.02x, a stronger lower bound by
-//! the exact search on the busiest window, within that time).
+//! the exact search on samples and on the busiest times, within that time,
+//! and how far down from the busiest times the load bound is reachable),
+//! `--base NAME --copies K --shift S` (one family member instead of a
+//! draw, e.g. `--base D --copies 2 --shift 0.25`; `--copies 1` is the base
+//! alone).
 
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -128,12 +132,26 @@ fn main() -> Res<()> {
     let bound_s: f64 = flag("--bound").map_or(Ok(0.0), |s| s.parse())?;
     let filter = flag("--filter").unwrap_or_default();
     let bases = bases()?;
-    let instances = if args.iter().any(|a| a == "--table") {
+    let instances = if let Some(name) = flag("--base") {
+        // One named family member: `--base D --copies 2 --shift 0.25`.
+        let k: usize = flag("--copies").map_or(Ok(1), |s| s.parse())?;
+        let shift: f64 = flag("--shift").map_or(Ok(1.0), |s| s.parse())?;
+        let base = bases
+            .iter()
+            .find(|b| b.name == name)
+            .ok_or_else(|| format!("no base named {name}"))?;
+        vec![Instance {
+            name: format!("{name} x{k} shift{shift}"),
+            base: name.clone(),
+            items: families::copies(&base.items, k, shift),
+        }]
+    } else if args.iter().any(|a| a == "--table") {
         table(&bases)
     } else {
         families::draw(&bases, seed, count, max_buffers)
     };
     let mut rows = Vec::new();
+    let mut misses = 0usize;
     for inst in instances.iter().filter(|i| i.name.contains(&filter)) {
         let items = &inst.items;
         let bound = placement::lower_bound(items);
@@ -153,17 +171,31 @@ fn main() -> Res<()> {
                 solution.proven_bound as f64 / bound as f64
             );
         }
+        // The issue's target: at most 1.02x the load bound, or within 1%
+        // of a stronger bound shown.
+        let mut missed = ratio > 1.02;
         if bound_s > 0.0 && ratio > 1.02 {
-            let stronger =
-                placement::window_bound(items, Duration::from_secs_f64(bound_s)).max(bound);
+            let half = Duration::from_secs_f64(bound_s / 2.0);
+            let window = placement::window_bound(items, half);
+            let peak = placement::peak_bound_detail(items, half);
+            let stronger = window.max(peak.bound).max(bound);
             line += &format!(
-                "  stronger bound {:.5}x, ratio to it {:.5}x",
+                "  stronger bound {:.5}x (window {:.5}x, peak {:.5}x), ratio to it {:.5}x",
                 stronger as f64 / bound as f64,
+                window as f64 / bound as f64,
+                peak.bound as f64 / bound as f64,
                 solution.height as f64 / stronger as f64
             );
+            missed = solution.height as f64 > 1.01 * stronger as f64;
+            if let Some(share) = peak.at_load_down_to {
+                // The busy times alone fit the load bound: the excess is
+                // not forced there.
+                line += &format!("; times >= {share:.2}x load placed at the load bound");
+            }
         }
         println!("{line}");
         rows.push((inst.name.clone(), ratio, secs));
+        misses += usize::from(missed);
     }
     let mut ratios: Vec<f64> = rows.iter().map(|r| r.1).collect();
     let mut times: Vec<f64> = rows.iter().map(|r| r.2).collect();
@@ -184,6 +216,9 @@ fn main() -> Res<()> {
         rows.iter().filter(|r| r.1 > 1.02).count(),
         rows.iter().filter(|r| r.2 > 10.0).count()
     );
+    if bound_s > 0.0 {
+        println!("above 1.02x and more than 1% above the stronger bound: {misses}");
+    }
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
     println!("worst by ratio:");
     for (name, ratio, secs) in rows.iter().take(5) {

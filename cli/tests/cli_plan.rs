@@ -179,3 +179,31 @@ fn bad_input_is_reported_with_line_and_field() {
     let out = plan(&["--csv", &input, "--time-limit", "-1"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// 4 bytes live at every time, optimum 5 (src/plan/placement/bound.rs).
+const PINNED: &str =
+    "id,lower,upper,size\na,0,3,1\np,0,1,3\ng,2,5,1\nq,4,5,3\nc,1,4,1\nr,1,2,2\ns,2,3,1\nt,3,4,2\n";
+
+#[test]
+fn bound_flag_reports_a_stronger_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write(dir.path(), "pinned.csv", PINNED);
+    let v = json(&plan(&["--csv", &csv, "--strategy", "best", "--json"]));
+    assert_eq!(v["lower_bound"], 4);
+    assert!(v["stronger_bound"].is_null(), "only with --bound: {v}");
+    let v = json(&plan(&[
+        "--csv",
+        &csv,
+        "--strategy",
+        "best",
+        "--json",
+        "--bound",
+        "1",
+    ]));
+    assert_eq!(v["lower_bound"], 4);
+    assert_eq!(v["stronger_bound"], 5, "{v}");
+    assert_eq!(v["height"], 5);
+    let out = plan(&["--csv", &csv, "--strategy", "best", "--bound", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("optimum >= 5 (1.2500x"), "{text}");
+}

@@ -74,7 +74,9 @@ mod test_support;
 mod validate;
 mod window;
 
-pub use bound::window_bound;
+pub use bound::{
+    PeakBound, busy_times_relaxation, peak_bound, peak_bound_detail, stronger_bound, window_bound,
+};
 pub use greedy::{
     Greedy, GreedyFit, GreedyOrder, best_of_orders, greedy, greedy_lowest, place_in_sequence,
 };
