@@ -24,7 +24,9 @@ pub struct PlanArgs {
     /// bound) or auto (best, or one sweep above 2,048 buffers; re-ordered
     /// best fit while above the lower bound, each round quadratic within a
     /// time-independent piece and skipped above 2^34 pairs for more sweeps
-    /// and a windowed repair; then search if the capacity is missed).
+    /// and a windowed repair; then the search, polishing for at most
+    /// 200,000 nodes unless --node-limit, or longer if the capacity is
+    /// missed).
     #[arg(long, default_value = "auto", value_parser = parse_strategy)]
     strategy: StrategyKind,
     /// Time limit of the search, in seconds (the search returns the best
@@ -100,6 +102,9 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         time_limit: args.time_limit,
         minimize: args.minimize,
         node_limit: args.node_limit,
+        // A user's own instance, placed once: worth the search's polish
+        // at any size (docs/planner.md, "The default on small instances").
+        polish_small: true,
     };
     let start = Instant::now();
     let solution = placement::solve(&problem.buffers, &strategy)?;
