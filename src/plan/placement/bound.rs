@@ -284,20 +284,14 @@ fn busiest_times(live: &[&Interval], count: usize) -> Vec<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::iv;
+    use super::super::test_support::{iv, xorshift};
     use super::*;
 
     #[test]
     fn never_above_a_placement_nor_below_the_load_bound() {
         // Small random instances: the search's proof is sound (never above
         // a valid placement's height) and at least the load bound.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m) as usize
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         for _ in 0..60 {
             let items: Vec<Interval> = (0..12)
                 .map(|_| {
@@ -369,13 +363,7 @@ mod tests {
     /// optimum is almost always the load bound), and [`pinned`] shifted
     /// in time with up to three random buffers added (often above it).
     fn small_instances(count: usize) -> Vec<Vec<Interval>> {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m) as usize
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         (0..count)
             .map(|k| {
                 if k % 2 == 1 {

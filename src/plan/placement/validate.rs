@@ -123,7 +123,7 @@ pub fn validate(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::iv;
+    use super::super::test_support::{iv, xorshift};
     use super::*;
 
     #[test]
@@ -148,13 +148,7 @@ mod tests {
     fn agrees_with_every_pair_compared() {
         // Random placements, many invalid: the sweep finds a collision
         // exactly when one of the pairs has one.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m) as usize
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let mut invalid = 0;
         for _ in 0..2000 {
             let n = 1 + next(8);
