@@ -114,6 +114,8 @@ fn main() {
         let lb = p.live_lower_bound_bytes.max(1) as f64;
         let (pl, cl) = (p.peak_reserved_bytes as f64 / lb, c as f64 / lb);
         dist.push(pl, rc, re, p.served_share, p.replans);
+        dist.overlap.0 += s.misses.overlap;
+        dist.overlap.1 += s.overlap_behind_gap_blocks;
         lb_logs = (lb_logs.0 + pl.ln(), lb_logs.1 + cl.ln());
         println!(
             "| {name} | {} | {:.2} | {:.2} | {pl:.3} | {cl:.3} | {rc:.3} | {re:.3} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {} / {} | {:.3} ({}) | {:.3} ({}) |",
@@ -192,6 +194,9 @@ struct Distribution {
     planned_expandable: Vec<f64>,
     served: Vec<f64>,
     replans: Vec<f64>,
+    /// Overlap misses, and those behind a block a miss of the same step
+    /// was put in a gap (the cascade), summed over the loops.
+    overlap: (u64, u64),
 }
 
 impl Distribution {
@@ -233,6 +238,10 @@ impl Distribution {
             over(&self.planned_caching),
             over(&self.planned_expandable),
             self.planned_lb.len()
+        );
+        println!(
+            "overlap misses: {}, of them behind a block a miss of the same step put in a gap: {}",
+            self.overlap.0, self.overlap.1
         );
     }
 }

@@ -235,6 +235,7 @@ struct Counters {
     requests_serving: u64,
     served: u64,
     served_in_gaps: u64,
+    overlap_behind_gaps: u64,
     fallback_this_step: u64,
     fallback_last_step: u64,
     fallback_max_step: u64,
@@ -991,6 +992,7 @@ impl PlannedAllocator {
             requests_after_warmup: c.requests_serving,
             served_from_plan: c.served,
             served_in_slab_gaps: c.served_in_gaps,
+            overlap_behind_gap_blocks: c.overlap_behind_gaps,
             planning_wait_seconds_max: self.planning_wait_max,
             plan_requests_merged: self.plan_requests.0,
             plan_requests_aligned: self.plan_requests.1,
@@ -1114,6 +1116,7 @@ impl PlannedAllocator {
             return Err(false);
         }
         let served = slab.serve(origin, size, stream, self.phases.current);
+        let behind_gap = slab.refused_by_gap_block;
         self.records.anchor(origin.k, slab.last_site);
         match served {
             Ok((addr, slot)) => {
@@ -1140,6 +1143,9 @@ impl PlannedAllocator {
             }
             Err(Refusal::Overlap) => {
                 self.counters.misses.overlap += 1;
+                if behind_gap {
+                    self.counters.overlap_behind_gaps += 1;
+                }
                 Err(true)
             }
             // By design: the request outlives its step, the fallback

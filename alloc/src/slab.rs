@@ -61,6 +61,10 @@ pub struct PlannedSlab {
     /// request, served or refused ([`crate::merge::NO_SITE`] for none):
     /// the request's anchor ([`crate::merge`]).
     pub last_site: u32,
+    /// Whether the last [`PlannedSlab::serve`] call was refused because a
+    /// block that a miss of the same step was put in a gap held the
+    /// site's bytes.
+    pub refused_by_gap_block: bool,
     /// Blocks of an earlier plan that were alive in this region when this
     /// plan took it over: `(offset, end, origin, bytes)`. Served sites
     /// must not overlap them; they are few and freed early in the next
@@ -304,6 +308,7 @@ impl PlannedSlab {
             fixed_by_size,
             resync: [None; 2],
             last_site: crate::merge::NO_SITE,
+            refused_by_gap_block: false,
             carried,
         }
     }
@@ -359,6 +364,7 @@ impl PlannedSlab {
         phase: RequestPhase,
     ) -> Result<(usize, u64), Refusal> {
         self.last_site = crate::merge::NO_SITE;
+        self.refused_by_gap_block = false;
         let p = phase.index();
         let (sites, seq) = (&self.plan.sites, &self.plan.sequences[p]);
         let shape = |&k: &u32| sites[k as usize].shape();
@@ -422,11 +428,14 @@ impl PlannedSlab {
         {
             return Err(Refusal::Overlap);
         }
-        if self
+        if let Some(c) = self
             .carried
             .iter()
-            .any(|&(o, e, _, _)| o < offset + taken && offset < e)
+            .find(|&&(o, e, _, _)| o < offset + taken && offset < e)
         {
+            // Carried blocks of this step are misses put in gaps (those
+            // of a plan taken over are older).
+            self.refused_by_gap_block = c.2.step == origin.step;
             return Err(Refusal::Overlap);
         }
         let addr = self.address(offset, taken).ok_or(Refusal::Straddle)?;

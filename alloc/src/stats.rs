@@ -111,6 +111,11 @@ pub struct Stats {
     /// gap of the slab no live block held: no device memory, but not the
     /// plan either (not counted in `served_share`).
     pub served_in_slab_gaps: u64,
+    /// Of the `overlap` misses, those refused because a block that a miss
+    /// of the same step was put in a gap held the site's bytes: the
+    /// cascade of one miss into the next (a diagnostic of the placement
+    /// of misses; see docs/allocator.md).
+    pub overlap_behind_gap_blocks: u64,
     /// The longest a step boundary kept the training thread waiting for a
     /// plan (made there, or joined from the planner's thread), in seconds:
     /// a measured time, not a decision input.

@@ -202,6 +202,38 @@ fn misses_go_to_the_slabs_gaps_before_device_memory() {
     assert_eq!(s.fallback_allocations_last_step, 0);
 }
 
+/// Misses put in gaps at the start of a step and kept through it hold
+/// bytes the step's planned sites need: those sites' refusals are counted
+/// as overlap misses behind gap blocks (the cascade), and only those.
+#[test]
+fn overlap_misses_behind_gap_blocks_are_counted_apart() {
+    let mut a = cpu("");
+    for _ in 0..4 {
+        step(&mut a, 12, 0);
+    }
+    let before = a.stats();
+    assert_eq!(before.overlap_behind_gap_blocks, 0);
+    a.step_begin().unwrap();
+    let odd: Vec<usize> = (0..5).map(|i| a.alloc(50_000 + i, 0, 0).unwrap()).collect();
+    let mut acts = Vec::new();
+    for i in 0..12 {
+        acts.push(a.alloc(65_536 * (i % 4 + 1), 0, 0).unwrap());
+        let t = a.alloc(10_000 + 512 * i, 0, 0).unwrap();
+        a.free(t);
+    }
+    for x in acts.into_iter().rev().chain(odd) {
+        a.free(x);
+    }
+    let s = a.stats();
+    a.step_end().unwrap();
+    let gaps = s.served_in_slab_gaps - before.served_in_slab_gaps;
+    let behind = s.overlap_behind_gap_blocks - before.overlap_behind_gap_blocks;
+    let overlap = s.misses.overlap - before.misses.overlap;
+    assert!(gaps >= 5, "{gaps} served in gaps");
+    assert!(behind > 0, "no refusal behind the kept gap blocks: {s:?}");
+    assert!(behind <= overlap, "{behind} of {overlap} overlap misses");
+}
+
 #[test]
 fn whole_run_figures_cover_every_request_and_never_fall_below_now() {
     let mut a = cpu("");
