@@ -448,8 +448,8 @@ fn stacked_copies(
             None
         };
         for other in [copies::stack_by_edges(items, &found, offsets), buffers]
-        .into_iter()
-        .flatten()
+            .into_iter()
+            .flatten()
         {
             let h = height(items, &other);
             if h < best.0 {
@@ -504,8 +504,8 @@ const STACK_QUICK_MIN: usize = 1 << 17;
 fn stack_is_promising(items: &[Interval], found: &copies::Copies, base: &[Interval]) -> bool {
     let quick = start_best_fit(base);
     let lanes = height(items, &copies::lanes(items, found, &quick));
-    let edges = copies::stack_by_edges(items, found, &quick)
-        .map_or(usize::MAX, |o| height(items, &o));
+    let edges =
+        copies::stack_by_edges(items, found, &quick).map_or(usize::MAX, |o| height(items, &o));
     let whole = height(items, &start_best_fit(items));
     lanes.min(edges) < whole
 }
