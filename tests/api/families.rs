@@ -149,3 +149,27 @@ fn few_overlapping_copies_are_polished_like_many() {
     let ratio = solution.height as f64 / placement::lower_bound(&four) as f64;
     assert!(ratio <= 1.02, "four copies of F at {ratio:.4}x the bound");
 }
+
+#[test]
+fn many_overlapping_copies_above_the_old_cap_are_stacked() {
+    // 620 copies of MiniMalloc's E half overlapping: 133,300 buffers, above
+    // the 2^17 at which copies were no longer looked for. The default then
+    // left them 1.559x above the load bound (best fit and windows on the
+    // whole); stacked, they need no more than two bases at E's bound.
+    // Copies of the recorded suite traces at this size are not used here:
+    // rigid blocks of them stack 1.04-2.4x above the bound (multi-step
+    // loops), never below what the default already reaches.
+    let one = load("minimalloc/E.1048576.csv");
+    let copies = families::copies(&one, 620, 0.5);
+    assert!(copies.len() > 1 << 17);
+    let stacked = 2 * placement::lower_bound(&one);
+    let strategy = Strategy::default().with_time_limit(Duration::from_secs(60));
+    let solution = placement::solve(&copies, &strategy).unwrap();
+    assert_eq!(shadow_overlap(&copies, &solution.offsets), None);
+    assert!(
+        solution.height <= stacked,
+        "620 copies at {:.4}x the bound, two bases stacked {:.4}x",
+        solution.height as f64 / placement::lower_bound(&copies) as f64,
+        stacked as f64 / placement::lower_bound(&copies) as f64
+    );
+}

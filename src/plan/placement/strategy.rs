@@ -117,8 +117,9 @@ pub enum StrategyKind {
     /// bottom, and the pieces above them, when that costs nothing in the
     /// bound. Ten copies of idealloc's S_1 one after the other are then
     /// placed as one (docs/planner.md, "Never worse than the parts").
-    /// Overlapping copies of one instance (up to 2^17 buffers, at most
-    /// 2^25 pairs of different copies alive together), at any size, start
+    /// Overlapping copies of one instance (up to 2^20 buffers; above 2^17
+    /// only where a quick stack is 2% below best fit on the whole), at
+    /// any size, start
     /// from the base placed once and the copies stacked as rigid blocks
     /// (`copies.rs`), and are polished by the search.
     Auto,
@@ -364,8 +365,11 @@ fn solve_at(
     // blocks, kept where lower than what the rest finds. At any size: four
     // copies of E half overlapping (860 buffers) must come out no worse
     // than nineteen.
+    // Best fit in start order on the whole, where the copies' gate already
+    // placed it (the same first placement `solve_whole` would compute).
+    let mut first = None;
     let stacked = if strategy.kind == StrategyKind::Auto && depth < MAX_DEPTH {
-        stacked_copies(items, strategy, start, depth)
+        stacked_copies(items, strategy, start, depth, &mut first)
     } else {
         None
     };
@@ -390,7 +394,21 @@ fn solve_at(
     // rounds left.
     let polish =
         depth > 0 || items.len() > AUTO_BEST_MAX || stacked.is_some() || strategy.polish_small;
-    solve_whole(items, strategy, start, target, polish, depth > 0, stacked)
+    let seeds = Seeds {
+        stacked,
+        start_fit: first,
+    };
+    solve_whole(items, strategy, start, target, polish, depth > 0, seeds)
+}
+
+/// First placements a caller already has for [`solve_whole`].
+#[derive(Default)]
+struct Seeds {
+    /// A better first placement (stacked copies), taken where lower.
+    stacked: Option<Vec<usize>>,
+    /// Best fit in start order on the whole instance, computed by the
+    /// copies' gate: reused instead of placed again.
+    start_fit: Option<Vec<usize>>,
 }
 
 /// Above this many pairs of buffers of different copies alive together,
@@ -405,21 +423,38 @@ const BASE_NODES: u64 = 1_000_000;
 /// `items` as overlapping copies of one base (`copies.rs`): the base placed
 /// by the default with a quarter of the time left (as a piece: polished by
 /// the search), the copies stacked as rigid blocks. `None` when `items` are
-/// not such copies or have too many pairs to compare.
+/// not such copies or, above [`STACK_QUICK_MIN`] buffers, when a quick
+/// stack is not lower than best fit on the whole (left in `start_fit` for
+/// [`solve_whole`], which starts from it).
 fn stacked_copies(
     items: &[Interval],
     strategy: &Strategy,
     start: Instant,
     depth: u32,
+    start_fit: &mut Option<Vec<usize>>,
 ) -> Option<Vec<usize>> {
     if items.len() > STACK_BUFFERS_MAX {
         return None;
     }
     let found = copies::detect(items)?;
-    if found.alive(items) < 2 || copies::pairs(items, &found) > STACK_PAIRS_MAX {
+    if found.alive(items) < 2 {
         return None;
     }
+    // The stack buffer by buffer compares every pair of buffers of
+    // different copies alive together; above the budget only the lanes
+    // and the stack by edges (O(n log n), no pairs) are tried: copies of
+    // a recorded trace (10^5-10^6 buffers, weights alive across copies)
+    // have far more pairs, and missed the stacked start altogether.
+    let by_buffers = copies::pairs(items, &found) <= STACK_PAIRS_MAX;
     let base: Vec<Interval> = found.base().iter().map(|&i| items[i]).collect();
+    if items.len() > STACK_QUICK_MIN {
+        let whole = start_best_fit(items);
+        let promising = stack_is_promising(items, &found, &base, height(items, &whole));
+        *start_fit = Some(whole);
+        if !promising {
+            return None;
+        }
+    }
     let left = strategy.time_limit.saturating_sub(start.elapsed());
     let mut base_strategy = strategy.with_time_limit(left / 4);
     if base_strategy.node_limit.is_none() {
@@ -432,12 +467,14 @@ fn stacked_copies(
     let stack = |offsets: &[usize]| -> Option<(usize, Vec<usize>)> {
         let lanes = copies::lanes(items, &found, offsets);
         let mut best = (height(items, &lanes), lanes);
-        for other in [
-            copies::stack_by_edges(items, &found, offsets),
-            copies::stack(items, &found, offsets),
-        ]
-        .into_iter()
-        .flatten()
+        let buffers = if by_buffers {
+            copies::stack(items, &found, offsets)
+        } else {
+            None
+        };
+        for other in [copies::stack_by_edges(items, &found, offsets), buffers]
+            .into_iter()
+            .flatten()
         {
             let h = height(items, &other);
             if h < best.0 {
@@ -474,11 +511,41 @@ fn stacked_copies(
     best.map(|b| b.1)
 }
 
-/// Instances above this many buffers are not looked at for copies (the
-/// detection's sort would cost about 0.5 s at 10^6 buffers, and copies
-/// that large have more pairs than [`STACK_PAIRS_MAX`] anyway, unless
-/// each copy is tiny).
-const STACK_BUFFERS_MAX: usize = 1 << 17;
+/// Above this many buffers (the old cap on detection; every family member
+/// below it is stacked as before), copies are stacked only where
+/// [`stack_is_promising`]: the base's solve takes a quarter of the time,
+/// which the whole instance's repair needs where rigid blocks cannot fit.
+const STACK_QUICK_MIN: usize = 1 << 17;
+
+/// Whether copies stacked from a quick base placement (best fit in start
+/// order, O(m log m)) come at least 2% below `whole`, the height of best fit in start
+/// order on the whole instance (what the default starts from there; about
+/// 0.5 s at 10^6 buffers on a 2-core machine, computed once for both). Copies of the 18 recorded suite traces,
+/// S_1 and Y_1 (10^5-10^6 buffers; multi-step loops, a peaked or periodic
+/// load) stack 1.04-2.4x above the load bound, as rigid blocks cannot
+/// interleave, and are left to the rest; 620 copies of MiniMalloc's E half
+/// overlapping stack at 1.26x from a best-fit base where best fit on the
+/// whole is 1.80x (and 1.0005x once the base is solved).
+fn stack_is_promising(
+    items: &[Interval],
+    found: &copies::Copies,
+    base: &[Interval],
+    whole: usize,
+) -> bool {
+    let quick = start_best_fit(base);
+    let lanes = height(items, &copies::lanes(items, found, &quick));
+    let edges =
+        copies::stack_by_edges(items, found, &quick).map_or(usize::MAX, |o| height(items, &o));
+    let stacked = lanes.min(edges);
+    stacked.saturating_add(stacked / 50) < whole
+}
+
+/// Instances above this many buffers (the 10^6) are not looked at
+/// for copies. The detection is O(n log n) and the stack by edges needs no
+/// pairs, but detection and the quick stack still cost 0.2-0.5 s there,
+/// which time-limited instances miss (t5_varlen x20 shift 0.25, 1.75·10^6
+/// buffers: 1.0032x before, 1.036x with them, at the 10 s limit).
+const STACK_BUFFERS_MAX: usize = 1 << 20;
 
 /// The pieces of `items` (exact splits, else near splits that cost nothing
 /// in the load bound) placed one by one, repeats once; `None` when the
@@ -656,7 +723,7 @@ fn solve_whole(
     target: usize,
     polish: bool,
     piece: bool,
-    seed: Option<Vec<usize>>,
+    seeds: Seeds,
 ) -> Solution {
     let bound = lower_bound(items);
     // A piece whose share of the time cannot pay for every order (about
@@ -681,13 +748,14 @@ fn solve_whole(
         // Large instances start from best fit in start order: one sweep
         // over time, O(n log n), so the first placement never holds up the
         // deadline; the re-ordering rounds improve on it.
-        (START_FIT, start_best_fit(items))
+        let first = seeds.start_fit.unwrap_or_else(|| start_best_fit(items));
+        (START_FIT, first)
     };
     let mut placer = Some(placer);
     let mut offsets = offsets;
     let mut placed_height = height(items, &offsets);
     // A better first placement from the caller (stacked copies).
-    if let Some(seed) = seed {
+    if let Some(seed) = seeds.stacked {
         let h = height(items, &seed);
         if h < placed_height {
             (offsets, placed_height, placer) = (seed, h, None);
@@ -956,5 +1024,47 @@ mod tests {
         assert_eq!(tight.search_status, Some(SearchStatus::Infeasible));
         assert!(!tight.fits);
         validate(&items, &tight.offsets, None).unwrap();
+    }
+
+    fn public(path: &str) -> Vec<Interval> {
+        let path = format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        crate::plan::minimalloc::parse(&text).unwrap().buffers
+    }
+
+    #[test]
+    fn copies_above_the_old_cap_are_stacked_where_blocks_fit() {
+        // 620 copies of MiniMalloc's E half overlapping: 133,300 buffers,
+        // above the 2^17 that used to stop detection. E's load is nearly
+        // flat: two bases stacked are about 1.002x the union's bound, where
+        // best fit on the whole was 1.56x.
+        let one = public("minimalloc/E.1048576.csv");
+        let items = crate::plan::families::copies(&one, 620, 0.5);
+        assert!(items.len() > 1 << 17);
+        let strategy = Strategy::default().with_time_limit(Duration::from_secs(60));
+        let offsets = stacked_copies(&items, &strategy, Instant::now(), 0, &mut None)
+            .expect("copies above 2^17 buffers are stacked");
+        validate(&items, &offsets, None).unwrap();
+        assert!(height(&items, &offsets) <= 2 * lower_bound(&one));
+    }
+
+    #[test]
+    fn copies_whose_blocks_cannot_interleave_are_left_to_the_rest() {
+        // Ten copies of idealloc's S_1 a quarter span apart (285,260
+        // buffers, a peaked load): rigid blocks stack 2.39x above the load
+        // bound, best fit on the whole 1.28x, so the base's solve is not
+        // worth a quarter of the time.
+        let one = public("idealloc/S_1.csv");
+        let items = crate::plan::families::copies(&one, 10, 0.25);
+        let found = copies::detect(&items).unwrap();
+        let base: Vec<Interval> = found.base().iter().map(|&i| items[i]).collect();
+        let whole = height(&items, &start_best_fit(&items));
+        assert!(!stack_is_promising(&items, &found, &base, whole));
+        let e = public("minimalloc/E.1048576.csv");
+        let items = crate::plan::families::copies(&e, 620, 0.5);
+        let found = copies::detect(&items).unwrap();
+        let base: Vec<Interval> = found.base().iter().map(|&i| items[i]).collect();
+        let whole = height(&items, &start_best_fit(&items));
+        assert!(stack_is_promising(&items, &found, &base, whole));
     }
 }
