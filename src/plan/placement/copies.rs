@@ -592,6 +592,16 @@ fn collide(
     let mut live_early: Vec<usize> = Vec::new();
     let mut live_late: Vec<usize> = Vec::new();
     let n = by_start.len();
+    // Buffer `r` of the earlier copy and `q` of the later one alive together.
+    let pair = |out: &mut Vec<(usize, usize)>, r: usize, q: usize| {
+        push_range(
+            out,
+            at + other[r],
+            items[base[r]].size,
+            own[q],
+            items[base[q]].size,
+        );
+    };
     while a < n || b < n {
         let early_next = a < n
             && (b >= n || items[base[by_start[a]]].lower <= items[base[by_start[b]]].lower + shift);
@@ -601,13 +611,7 @@ fn collide(
             let t = items[base[r]].lower;
             live_late.retain(|&q| items[base[q]].upper + shift > t);
             for &q in &live_late {
-                push_range(
-                    out,
-                    at + other[r],
-                    items[base[r]].size,
-                    own[q],
-                    items[base[q]].size,
-                );
+                pair(out, r, q);
             }
             live_early.push(r);
         } else {
@@ -616,13 +620,7 @@ fn collide(
             let t = items[base[q]].lower + shift;
             live_early.retain(|&r| items[base[r]].upper > t);
             for &r in &live_early {
-                push_range(
-                    out,
-                    at + other[r],
-                    items[base[r]].size,
-                    own[q],
-                    items[base[q]].size,
-                );
+                pair(out, r, q);
             }
             live_late.push(q);
         }
