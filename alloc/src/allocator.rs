@@ -40,6 +40,9 @@ mod lifecycle;
 // The first slab's take-over: the carried blocks' slots mapped once a
 // block lands on them (issue 38).
 mod takeover;
+// A miss no gap of the slab holds: the slab's idle pages are lent first
+// (unmapped), so the step holds its excess only (issue 38).
+mod lending;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -77,8 +80,13 @@ const TRIM_CALLS: usize = 16;
 /// pages often come back later in the step, a call more each). Measured on
 /// the generated loops (100 replays, host pages): 2 a step gave planned /
 /// LB geomean 1.252, 4 gave 1.248, 8 gave 1.239, 16 gave 1.238, device
-/// calls per run (median) 54, 67, 86, 94 (38 without).
-const ROOM_CALLS: usize = 8;
+/// calls per run (median) 54, 67, 86, 94 (38 without). Raised from 8 to 64
+/// once misses lend the slab's pages (allocator/lending.rs): seeds 1 / 2 /
+/// 3 and the suite 1.117 / 1.109 / 1.129 / 1.058 at 8, 1.113 / 1.084 /
+/// 1.122 / 1.049 at 64 (the recorded steps of loops whose warm-up left
+/// many small idle runs: `loop-1-082` 1.178 -> 1.113); 1,024 gives what 64
+/// gives.
+const ROOM_CALLS: usize = 64;
 
 /// A mapped range grows by at least this much at once (device calls).
 const SPACE_CHUNK: usize = 1 << 20;
@@ -208,6 +216,10 @@ pub struct PlannedAllocator {
     deferred: Vec<(usize, usize)>,
     /// Blocks of this step that mapped only their own deferred pages.
     deferred_maps: u32,
+    /// Pages of the slab lent this step (unmapped for a miss no gap
+    /// held; allocator/lending.rs), and the unmap calls that lent them.
+    lending: bool,
+    lent_calls: u32,
     /// Stream handles -> small ids (0 is the null stream).
     streams: HashMap<usize, u32>,
     /// Live bytes of blocks allocated outside steps.
@@ -236,6 +248,7 @@ struct Counters {
     served: u64,
     served_in_gaps: u64,
     overlap_behind_gaps: u64,
+    lent_bytes: u64,
     fallback_this_step: u64,
     fallback_last_step: u64,
     fallback_max_step: u64,
@@ -362,6 +375,8 @@ impl PlannedAllocator {
             retiring: Vec::new(),
             deferred: Vec::new(),
             deferred_maps: 0,
+            lending: false,
+            lent_calls: 0,
             streams: HashMap::new(),
             counters: Counters::default(),
             miss_streak: 0,
@@ -502,6 +517,9 @@ impl PlannedAllocator {
                     // new kind must not leave pool segments reserved),
                     // within the step's budget of device calls.
                     (self.ranged() || self.exact_this_step < EXACT_PER_STEP).then_some(())?;
+                    // Its pages past the run's peak: the slab's idle
+                    // pages go first (allocator/lending.rs).
+                    self.lend_slab_pages(size64);
                     self.exact_this_step += 1;
                     let got = self.exact.malloc(&mut self.backing, size64, stream, origin);
                     if got.is_some() {
@@ -727,6 +745,9 @@ impl PlannedAllocator {
         self.live_prev_bytes = self.live_this_bytes;
         self.live_this_bytes = 0;
         self.exact_this_step = 0;
+        self.lending = false;
+        self.lent_calls = 0;
+        self.deferred_maps = 0;
         let expected = self.records.latest_len();
         self.records.begin(self.step, expected);
         // The serving plan's matcher anchors this step's requests.
@@ -993,6 +1014,7 @@ impl PlannedAllocator {
             served_from_plan: c.served,
             served_in_slab_gaps: c.served_in_gaps,
             overlap_behind_gap_blocks: c.overlap_behind_gaps,
+            lent_slab_bytes: c.lent_bytes,
             planning_wait_seconds_max: self.planning_wait_max,
             plan_requests_merged: self.plan_requests.0,
             plan_requests_aligned: self.plan_requests.1,

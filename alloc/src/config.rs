@@ -138,6 +138,13 @@ pub struct Config {
     /// use. On by default where the backing has mapped ranges; off: a
     /// device region per region, as before.
     pub mapped_range: bool,
+    /// In a mapped range, before a request the plan misses and no gap of
+    /// the slab holds maps pages past the run's peak, unmap the slab's
+    /// idle pages first (mapped again as blocks land on them and at the
+    /// step's end): a step that outgrows the plan then holds its excess
+    /// only, for a few device calls in that step. On by default; off: the
+    /// slab stays mapped whole.
+    pub lend_slab_pages: bool,
     /// Bytes of address space the range reserves (no memory: address
     /// space only); when absent, the device's capacity (the host's memory
     /// for the CPU backend), else 1 TiB.
@@ -178,6 +185,7 @@ impl Default for Config {
             cuda_runtime_lib: None,
             npu_runtime_lib: None,
             mapped_range: true,
+            lend_slab_pages: true,
             range_bytes: None,
             map_granularity: None,
             step_request_cap: None,

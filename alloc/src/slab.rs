@@ -445,6 +445,38 @@ impl PlannedSlab {
         Ok((addr, taken))
     }
 
+    /// Every stretch of the region no live block holds, as addresses
+    /// `(addr, len)` (a gap never spans two regions).
+    pub fn free_extents(&self) -> Vec<(usize, usize)> {
+        let mut live: Vec<(u64, u64)> = self.carried.iter().map(|c| (c.0, c.1)).collect();
+        live.extend(
+            self.by_offset
+                .iter()
+                .enumerate()
+                .filter(|(p, _)| self.live.contains(*p))
+                .map(|(p, &(o, _, _))| (o, self.block_end(p))),
+        );
+        live.extend(self.pieces.iter().skip(1).map(|&(o, _, _)| (o, o)));
+        live.sort_unstable();
+        let mut out = Vec::new();
+        let mut at = 0u64;
+        let mut push = |a: u64, b: u64| {
+            if b > a
+                && let Some(addr) = self.address(a, b - a)
+            {
+                out.push((addr, (b - a) as usize));
+            }
+        };
+        for &(o, e) in &live {
+            if o > at {
+                push(at, o);
+            }
+            at = at.max(e);
+        }
+        push(at, self.region_bytes as u64);
+        out
+    }
+
     /// Places a block of `slot` bytes (`size` asked for) for `origin` in
     /// the smallest gap of the region that no live block holds and that is
     /// large enough (best fit); its address, or `None` when no gap fits.

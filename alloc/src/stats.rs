@@ -116,6 +116,11 @@ pub struct Stats {
     /// cascade of one miss into the next (a diagnostic of the placement
     /// of misses; see docs/allocator.md).
     pub overlap_behind_gap_blocks: u64,
+    /// Bytes of the slab's idle pages unmapped over the run for misses no
+    /// gap held, before they mapped pages past the run's peak (mapped
+    /// again as blocks landed there or at the step's end; the
+    /// configuration's `lend_slab_pages`).
+    pub lent_slab_bytes: u64,
     /// The longest a step boundary kept the training thread waiting for a
     /// plan (made there, or joined from the planner's thread), in seconds:
     /// a measured time, not a decision input.

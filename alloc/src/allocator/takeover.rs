@@ -126,7 +126,14 @@ impl PlannedAllocator {
             return true;
         }
         let prev_alive = self.live_prev_bytes > 0 || !self.retiring.is_empty();
-        if !prev_alive || self.deferred_maps >= DEFERRED_MAPS {
+        // Pages a missing step lent (allocator/lending.rs) come back block
+        // by block, for more blocks.
+        let cap = if self.lending {
+            super::lending::LEND_MAPS
+        } else {
+            DEFERRED_MAPS
+        };
+        if (!prev_alive && !self.lending) || self.deferred_maps >= cap {
             return self.map_all_deferred();
         }
         self.deferred_maps += 1;
@@ -178,6 +185,8 @@ impl PlannedAllocator {
         if self.checked {
             let _ = self.backing.fill(addr, len, POISON_BYTE);
         }
+        // torch's statistics see the range's mappings (allocator/streams.rs).
+        self.sync_slabs();
         true
     }
 }

@@ -119,6 +119,46 @@ impl Metered {
         Ok(())
     }
 
+    /// Unmaps the mapped whole pages of `[addr, addr + len)`, bytes of the
+    /// default stream's range that no block uses (a live region's idle
+    /// bytes: the slab lending its pages to a miss, allocator/lending.rs),
+    /// at most `max_calls` runs, the region staying live; the runs
+    /// unmapped, as addresses (for [`Metered::map_deferred`] to map again).
+    pub fn lend(&mut self, addr: usize, len: usize, max_calls: usize) -> Vec<(usize, usize)> {
+        let Some((_, space)) = self.spaces.first() else {
+            return Vec::new();
+        };
+        if !space.contains(addr) || max_calls == 0 {
+            return Vec::new();
+        }
+        let (base, page) = (space.base(), space.page());
+        let lo = (addr - base).next_multiple_of(page);
+        let hi = (addr + len - base) / page * page;
+        if lo >= hi {
+            return Vec::new();
+        }
+        // The mapped runs: the complement of the unmapped ones.
+        let mut mapped = Vec::new();
+        let mut at = lo;
+        for (o, l) in space.unmapped_runs(lo, hi - lo) {
+            if o > at {
+                mapped.push((at, o - at));
+            }
+            at = o + l;
+        }
+        if hi > at {
+            mapped.push((at, hi - at));
+        }
+        let mut out = Vec::new();
+        for (o, l) in mapped.into_iter().take(max_calls) {
+            if self.unmap(base + o, l).is_ok() {
+                self.spaces[0].1.note_unmapped(o, l);
+                out.push((base + o, l));
+            }
+        }
+        out
+    }
+
     /// When `need` more mapped bytes would raise the run's peak: unmaps
     /// idle pages (runs of at least the trim minimum, the largest first, at
     /// most `max_calls` runs; none inside `keep`, an extent `(offset,
