@@ -54,8 +54,22 @@ impl Snapshot {
     fn take(a: &PlannedAllocator, live: u64, misses_live_outside: u64) -> Snapshot {
         let slabs = a.slab().into_iter().chain(a.retiring().iter());
         let (mut regions, mut in_slab) = (0u64, 0u64);
+        // A region's mapped bytes: a step that missed may have lent the
+        // slab's idle pages (unmapped; allocator/lending.rs).
+        let space = a.backing_metered().space();
+        let unmapped = |base: usize, len: u64| -> u64 {
+            space.filter(|sp| sp.contains(base)).map_or(0, |sp| {
+                sp.unmapped_runs(base - sp.base(), len as usize)
+                    .iter()
+                    .map(|r| r.1 as u64)
+                    .sum()
+            })
+        };
         for s in slabs {
-            regions += s.regions().map(|(_, l)| l).sum::<u64>();
+            regions += s
+                .regions()
+                .map(|(b, l)| l - unmapped(b, l).min(l))
+                .sum::<u64>();
             in_slab += s.live_blocks().map(|(_, slot, _)| slot).sum::<u64>();
         }
         Snapshot {
