@@ -27,7 +27,11 @@ fn activations(scale: usize) -> Vec<usize> {
     (0..24)
         .map(|i| {
             let size = 65_536 + 16_384 * (i % 4);
-            if i % 2 == 1 { size * scale / 1_000 } else { size }
+            if i % 2 == 1 {
+                size * scale / 1_000
+            } else {
+                size
+            }
         })
         .collect()
 }
@@ -81,10 +85,7 @@ fn a_step_of_a_new_kind_holds_about_its_own_live_peak() {
         assert_eq!(bound, bound_off);
         assert_eq!(lent_off, 0);
         assert!(lent > 0, "{name}: nothing lent");
-        let (with, without) = (
-            peak as f64 / bound as f64,
-            peak_off as f64 / bound as f64,
-        );
+        let (with, without) = (peak as f64 / bound as f64, peak_off as f64 / bound as f64);
         assert!(
             with <= 1.05,
             "{name}: {with:.3}x the live lower bound with lending ({without:.3}x without)"

@@ -433,8 +433,14 @@ impl CudaRanges {
         Ok(base)
     }
 
-    /// Backs `[addr, addr + len)` (unmapped now) with one new physical
-    /// allocation, readable and writable by the device.
+    /// Backs `[addr, addr + len)` (unmapped now) with new physical memory,
+    /// readable and writable by the device: **one allocation per granule**,
+    /// each mapped on its own, so that any granule can later be unmapped
+    /// alone (the driver unmaps whole mappings only: with one allocation
+    /// for the whole call, idle pages inside a slab could never go back,
+    /// allocator/lending.rs). As torch's expandable segments do (a handle
+    /// per segment page) and the Ascend backing (a handle per granule).
+    /// A failure half-way unmaps and releases what this call mapped.
     pub fn map(&mut self, addr: usize, len: usize) -> Result<()> {
         self.whole("map", addr, len)?;
         let base = self.range_of("map", addr, len)?;
@@ -452,48 +458,71 @@ impl CudaRanges {
             flags: ACCESS_PROT_READWRITE,
         };
         let device = self.device;
-        let handle = self.in_context(|d| {
-            let mut handle: CuMemHandle = 0;
-            // SAFETY: a valid out-pointer, a size that is a multiple of the
-            // granularity, a fully initialised prop, flags 0
-            // (cuda.h:13129).
-            d.check(device, "cuMemCreate", unsafe {
-                (d.fns.create)(&mut handle, len, &prop, 0)
-            })?;
-            // SAFETY: [addr, addr + len) lies in a range this value
-            // reserved and nothing is mapped there (checked above); offset
-            // 0 and flags 0 as cuda.h:13213 requires; `handle` is `len`
-            // bytes.
-            let mapped = d.check(device, "cuMemMap", unsafe {
-                (d.fns.map)(addr as CuDevicePtr, len, 0, handle, 0)
-            });
-            let opened = mapped.and_then(|()| {
-                // SAFETY: the range was just mapped; one descriptor.
-                d.check(device, "cuMemSetAccess", unsafe {
-                    (d.fns.set_access)(addr as CuDevicePtr, len, &access, 1)
-                })
-                .inspect_err(|_| {
-                    // SAFETY: undoes the mapping made just above.
-                    let _ = unsafe { (d.fns.unmap)(addr as CuDevicePtr, len) };
-                })
+        let g = self.granularity.max(1);
+        let made = self.in_context(|d| {
+            let mut made: Vec<(usize, CuMemHandle)> = Vec::with_capacity(len / g);
+            let undo = |made: &[(usize, CuMemHandle)]| {
+                for &(a, handle) in made {
+                    // SAFETY: a granule this call mapped with `handle`,
+                    // used by nobody yet; unmapped, then released once.
+                    unsafe {
+                        let _ = (d.fns.unmap)(a as CuDevicePtr, g);
+                        let _ = (d.fns.release)(handle);
+                    }
+                }
+            };
+            let mut at = addr;
+            while at < addr + len {
+                let mut handle: CuMemHandle = 0;
+                // SAFETY: a valid out-pointer, one granule (a multiple of
+                // the granularity), a fully initialised prop, flags 0
+                // (cuda.h:13129).
+                let created = d.check(device, "cuMemCreate", unsafe {
+                    (d.fns.create)(&mut handle, g, &prop, 0)
+                });
+                if let Err(e) = created {
+                    undo(&made);
+                    return Err(e);
+                }
+                // SAFETY: [at, at + g) lies in a range this value reserved
+                // and nothing is mapped there (checked above); offset 0 and
+                // flags 0 as cuda.h:13213 requires; `handle` is `g` bytes.
+                let mapped = d.check(device, "cuMemMap", unsafe {
+                    (d.fns.map)(at as CuDevicePtr, g, 0, handle, 0)
+                });
+                if let Err(e) = mapped {
+                    // SAFETY: the handle made just above, mapped nowhere.
+                    let _ = unsafe { (d.fns.release)(handle) };
+                    undo(&made);
+                    return Err(e);
+                }
+                made.push((at, handle));
+                at += g;
+            }
+            // SAFETY: [addr, addr + len) is fully mapped now (the granules
+            // above, back to back); one descriptor.
+            let opened = d.check(device, "cuMemSetAccess", unsafe {
+                (d.fns.set_access)(addr as CuDevicePtr, len, &access, 1)
             });
             if let Err(e) = opened {
-                // SAFETY: the handle made above, mapped nowhere now.
-                let _ = unsafe { (d.fns.release)(handle) };
+                undo(&made);
                 return Err(e);
             }
-            Ok(handle)
+            Ok(made)
         })?;
         if let Some(range) = self.ranges.get_mut(&base) {
-            range.chunks.insert(addr, Chunk { len, handle });
+            for (a, handle) in made {
+                range.chunks.insert(a, Chunk { len: g, handle });
+            }
         }
         self.mapped += len;
         Ok(())
     }
 
     /// Unmaps `[addr, addr + len)`, which must be whole chunks that
-    /// [`CudaRanges::map`] mapped (the driver unmaps no part of a mapping),
-    /// and releases their physical memory.
+    /// [`CudaRanges::map`] mapped (the driver unmaps no part of a mapping;
+    /// a chunk is one granule, so any whole granules of mapped pages
+    /// qualify), and releases their physical memory.
     ///
     /// Neither `cuMemUnmap` nor `cuMemRelease` waits for kernels still
     /// queued on the device (measured on an H200: 46 + 26 µs with a 20 ms
