@@ -172,11 +172,7 @@ fn main() {
         .map(base + 5 * g, g)
         .map_err(|e| e.to_string())
         .and_then(|()| roundtrip(&mut b, base + 5 * g, 4096, 0x42));
-    c.check(
-        "the granule maps again",
-        r == Ok(true),
-        format!("{r:?}"),
-    );
+    c.check("the granule maps again", r == Ok(true), format!("{r:?}"));
     let r = b.unmap(base, 3 * g);
     c.check("unmap of two whole chunks", r.is_ok(), format!("{r:?}"));
     let r = b.read(base, &mut buf);
