@@ -92,7 +92,8 @@ pub(super) fn restricted(
 /// it, j ≡ i and j' ≡ i' (mod `period`). `None` when `period` is below the
 /// copies alive at once (a buffer would meet its own repeat) or when
 /// comparing every pair of base buffers at every shift would cost more
-/// than `max_work`.
+/// than `max_work`, or when the cylinder has more than
+/// [`CYLINDER_EDGES_MAX`] conflicts.
 fn cylinder_edges(
     items: &[Interval],
     copies: &Copies,
@@ -107,7 +108,8 @@ fn cylinder_edges(
     }
     u32::try_from(nodes).ok()?;
     let base: Vec<Interval> = copies.base().iter().map(|&i| items[i]).collect();
-    let mut adj: Vec<Vec<u32>> = vec![Vec::new(); nodes];
+    // Every (r, s, d): r of copy i meets s of copy i + d.
+    let mut meeting: Vec<(u32, u32, u32)> = Vec::new();
     for d in 0..alive {
         let shift = d * copies.step;
         for (r, a) in base.iter().enumerate() {
@@ -115,23 +117,32 @@ fn cylinder_edges(
                 continue;
             }
             for (s, b) in base.iter().enumerate() {
-                // r of copy i meets s of copy i + d.
                 let meets =
                     !b.is_trivial() && a.lower < b.upper + shift && b.lower + shift < a.upper;
-                if !meets || (d == 0 && s <= r) {
-                    continue;
+                if meets && (d > 0 || s > r) {
+                    meeting.push((r as u32, s as u32, d as u32));
                 }
-                for i in 0..period {
-                    let u = i * m + r;
-                    let v = ((i + d) % period) * m + s;
-                    adj[u].push(v as u32);
-                    adj[v].push(u as u32);
+                if meeting.len().saturating_mul(period) > CYLINDER_EDGES_MAX {
+                    return None;
                 }
             }
         }
     }
+    let mut adj: Vec<Vec<u32>> = vec![Vec::new(); nodes];
+    for &(r, s, d) in &meeting {
+        for i in 0..period {
+            let u = i * m + r as usize;
+            let v = ((i + d as usize) % period) * m + s as usize;
+            adj[u].push(v as u32);
+            adj[v].push(u as u32);
+        }
+    }
     Some(adj)
 }
+
+/// At most this many conflicts on a cylinder (each stored both ways: 64
+/// MiB of node indices).
+const CYLINDER_EDGES_MAX: usize = 1 << 23;
 
 /// Offsets of the cylinder's nodes (see [`cylinder_edges`]), each placed
 /// in `order` (node indices; every node once) at the lowest offset where

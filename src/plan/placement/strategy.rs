@@ -533,7 +533,7 @@ const WINDOW_BUFFERS_MAX: usize = 8192;
 const FEW_COPIES: usize = 4;
 
 /// At most this many comparisons of two base buffers build a cylinder.
-const CYLINDER_WORK_MAX: u128 = 1 << 27;
+const CYLINDER_WORK_MAX: u128 = 1 << 26;
 
 /// The lowest valid placement of the copies whose buffers interleave
 /// across copies (`periodic.rs`): for at most [`FEW_COPIES`] copies (and
