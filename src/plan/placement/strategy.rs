@@ -122,7 +122,10 @@ pub enum StrategyKind {
     /// only where a quick stack is 2% below best fit on the whole), at
     /// any size, start
     /// from the base placed once and the copies stacked as rigid blocks
-    /// (`copies.rs`), and are polished by the search.
+    /// (`copies.rs`), or, where lower, from a placement of a few copies
+    /// repeated on a cylinder or (at most four copies) from a window of
+    /// twice as many solved whole (`periodic.rs`), and are polished by the
+    /// search.
     Auto,
 }
 
