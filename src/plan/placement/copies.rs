@@ -30,7 +30,7 @@ use super::Interval;
 
 /// At most this many copies alive at once (more means a step tiny against
 /// the span; stacking is skipped).
-const MAX_ALIVE: usize = 64;
+pub(super) const MAX_ALIVE: usize = 64;
 
 /// Steps tried (the smallest distinct ones that fit the first buffer).
 const STEPS_TRIED: usize = 4;
@@ -519,14 +519,14 @@ fn place_blocks(
 }
 
 /// Bases up to this many buffers are settled before stacking (O(m²)).
-const SETTLE_MAX: usize = 8192;
+pub(super) const SETTLE_MAX: usize = 8192;
 
 /// `offsets` (a valid placement of `items`) with every buffer, lowest
 /// first, moved down to the lowest offset where it meets none of those
 /// already moved: valid, no buffer higher than before, and the placement's
 /// upper edge hugs its load more closely (what a block stacked upside down
 /// on it needs).
-fn settle(items: &[Interval], offsets: &[usize]) -> Vec<usize> {
+pub(super) fn settle(items: &[Interval], offsets: &[usize]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len())
         .filter(|&i| !items[i].is_trivial())
         .collect();
@@ -647,7 +647,7 @@ fn push_range(
 }
 
 /// The lowest offset >= 0 in none of the closed ranges.
-fn lowest_free(ranges: &mut [(usize, usize)]) -> usize {
+pub(super) fn lowest_free(ranges: &mut [(usize, usize)]) -> usize {
     ranges.sort_unstable();
     let mut o = 0usize;
     for &(lo, hi) in ranges.iter() {

@@ -64,6 +64,7 @@ mod greedy;
 mod hot;
 mod levels;
 mod lookahead;
+mod periodic;
 mod reorder;
 mod search;
 mod start_fit;

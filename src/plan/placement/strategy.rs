@@ -12,6 +12,7 @@ use super::decompose::{exact_pieces, near_split, repeats, set_bases};
 use super::hot::hot_levels;
 use super::levels::levels_best_fit;
 use super::lookahead::best_lookahead;
+use super::periodic;
 use super::reorder::reorder;
 use super::start_fit::start_best_fit;
 use super::sweep::MAX_BUFFERS;
@@ -121,7 +122,10 @@ pub enum StrategyKind {
     /// only where a quick stack is 2% below best fit on the whole), at
     /// any size, start
     /// from the base placed once and the copies stacked as rigid blocks
-    /// (`copies.rs`), and are polished by the search.
+    /// (`copies.rs`), or, where lower, from a placement of a few copies
+    /// repeated on a cylinder or (at most four copies) from a window of
+    /// twice as many solved whole (`periodic.rs`), and are polished by the
+    /// search.
     Auto,
 }
 
@@ -490,25 +494,114 @@ fn stacked_copies(
     // or the base is too large for the search, the base is minimised.
     let bound = lower_bound(&base);
     let mut best: Option<(usize, Vec<usize>)> = None;
+    let mut at_bound = false;
     if base.len() <= MAX_BUFFERS {
         base_strategy.capacity = Some(bound);
         let fit = solve_at(&base, &base_strategy, Instant::now(), 0, depth + 1);
         best = stack(&fit.offsets);
-        if fit.height <= bound {
-            return best.map(|b| b.1);
-        }
+        at_bound = fit.height <= bound;
     }
     // Each base placement stacks differently (where the load is not flat,
     // the shape of its upper edge matters more than its height): the
     // lower stack of the two.
-    base_strategy.capacity = None;
-    let min = solve_at(&base, &base_strategy, Instant::now(), 0, depth + 1);
-    if let Some(other) = stack(&min.offsets)
-        && best.as_ref().is_none_or(|b| other.0 < b.0)
+    if !at_bound {
+        base_strategy.capacity = None;
+        let min = solve_at(&base, &base_strategy, Instant::now(), 0, depth + 1);
+        if let Some(other) = stack(&min.offsets)
+            && best.as_ref().is_none_or(|b| other.0 < b.0)
+        {
+            best = Some(other);
+        }
+    }
+    // Placements whose copies interleave (`periodic.rs`), where the stack
+    // is above the load bound: a repeating placement of a few copies (a
+    // cylinder), and for few copies a longer window solved whole. Not
+    // again inside a window's own solve.
+    if depth == 0
+        && let Some((h, offsets)) = &best
+        && *h > lower_bound(items)
+        && let Some(other) = interleaved(items, strategy, start, depth, &found, offsets)
+        && other.0 < *h
     {
         best = Some(other);
     }
     best.map(|b| b.1)
+}
+
+/// Windows of at most this many buffers are solved for [`interleaved`].
+const WINDOW_BUFFERS_MAX: usize = 8192;
+
+/// Copies counts up to this take their placement from a window of twice
+/// as many copies as well.
+const FEW_COPIES: usize = 4;
+
+/// At most this many comparisons of two base buffers build a cylinder.
+const CYLINDER_WORK_MAX: u128 = 1 << 26;
+
+/// The lowest valid placement of the copies whose buffers interleave
+/// across copies (`periodic.rs`): for at most [`FEW_COPIES`] copies (and
+/// at least as many as are alive at once), the lowest consecutive ones of
+/// a window twice as long, solved whole with a third of the time left (two
+/// copies of MiniMalloc's F half overlapping: 1.021x the load bound solved
+/// alone, four 1.013x); and on cylinders of as many copies as are alive at
+/// once and twice as many, each placed in the order of the offsets that
+/// consecutive middle copies of `stacked` (the stack) or of the window
+/// have. `None` where none applies.
+fn interleaved(
+    items: &[Interval],
+    strategy: &Strategy,
+    start: Instant,
+    depth: u32,
+    found: &copies::Copies,
+    stacked: &[usize],
+) -> Option<(usize, Vec<usize>)> {
+    let (count, alive, m) = (found.count, found.alive(items), found.base_len());
+    let mut candidates: Vec<Vec<usize>> = Vec::new();
+    let mut window: Option<(usize, Vec<usize>)> = None;
+    // Only where the copies reach their busiest (as many alive at once as
+    // ever): fewer copies have a lower load bound than the window (two
+    // copies of F a quarter span apart: 1.93 times F's load, four 2.87),
+    // and the window's copies, restricted, stay 13% above it.
+    let w = 2 * count;
+    if count <= FEW_COPIES && count >= alive && w.saturating_mul(m) <= WINDOW_BUFFERS_MAX {
+        let items_w = periodic::window_items(items, found, w);
+        let left = strategy.time_limit.saturating_sub(start.elapsed());
+        let mut window_strategy = strategy.with_time_limit(left / 3);
+        window_strategy.capacity = None;
+        let solved = solve_at(&items_w, &window_strategy, Instant::now(), 0, depth + 1);
+        candidates.extend(periodic::restricted(items, found, &solved.offsets, w));
+        window = Some((w, solved.offsets));
+    }
+    for period in [alive, 2 * alive] {
+        let mut priorities = Vec::new();
+        priorities.extend(periodic::priority_from(
+            found,
+            stacked,
+            period,
+            count.saturating_sub(period) / 2,
+        ));
+        if let Some((w, offsets)) = &window
+            && *w >= period
+        {
+            let from = (w - period) / 2;
+            priorities.push(offsets[from * m..(from + period) * m].to_vec());
+        }
+        for priority in priorities {
+            if let Some(mut offsets) =
+                periodic::on_cylinder(items, found, period, &priority, CYLINDER_WORK_MAX)
+            {
+                if items.len() <= copies::SETTLE_MAX {
+                    offsets = copies::settle(items, &offsets);
+                }
+                candidates.push(offsets);
+            }
+        }
+    }
+    candidates
+        .into_iter()
+        .filter(|o| super::validate(items, o, None).is_ok())
+        .map(|o| (height(items, &o), o))
+        .min_by_key(|c| c.0)
 }
 
 /// Above this many buffers (the old cap on detection; every family member
