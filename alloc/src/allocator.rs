@@ -179,6 +179,9 @@ pub struct PlannedAllocator {
     /// The basis was copied before its latest step's carried blocks were
     /// freed: it is copied again from the records at the next step end.
     basis_stale: bool,
+    /// Larger re-plans not installed because they would have raised the
+    /// run's peak (allocator/lending.rs).
+    replans_declined: u64,
     phase: Phase,
     /// Live bytes allocated in the step before this one, and in this one
     /// (requests inside steps only).
@@ -349,6 +352,7 @@ impl PlannedAllocator {
             records: Records::new(keep),
             basis: Vec::new(),
             basis_stale: false,
+            replans_declined: 0,
             merger: Merger::new(),
             plans_made: 0,
             plan_requests: (0, 0),
@@ -1035,6 +1039,7 @@ impl PlannedAllocator {
             },
             fallback_reserved_bytes: self.fallback_reserved(),
             replans_unchanged: self.replans_unchanged,
+            replans_declined: self.replans_declined,
             reserved_bytes: self.backing.current(),
             region_bytes: self.slab.as_ref().map_or(0, |s| s.region_bytes as u64),
             peak_reserved_bytes: self.backing.peak(),
@@ -1395,6 +1400,14 @@ impl PlannedAllocator {
     /// Reserves the slab for `plan` (or reuses the region the serving plan
     /// holds) and serves from the next step on.
     fn install(&mut self, mut plan: site_plan::SitePlan, steps: Vec<StepRecord>) {
+        // A larger re-plan that would raise the run's peak is declined
+        // while misses borrow the slab's pages (allocator/lending.rs).
+        if self.declines(&plan) {
+            self.replans_declined += 1;
+            self.basis = steps;
+            self.basis_stale = true;
+            return;
+        }
         self.counters.plan_moved_this_step = true;
         self.plans_made += 1;
         plan.id = self.plans_made;

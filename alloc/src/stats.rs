@@ -149,6 +149,11 @@ pub struct Stats {
     /// Re-plans that produced the plan already serving (kept, nothing
     /// reserved).
     pub replans_unchanged: u64,
+    /// Re-plans made but not installed: a plan taller than the region
+    /// serving, whose slab with what lives outside it would have raised
+    /// the run's peak, while misses borrow the slab's idle pages
+    /// (`lend_slab_pages`): the plan in place kept serving.
+    pub replans_declined: u64,
     /// Requests the current plan serves per step (its sites).
     pub plan_sites: u64,
     /// Bytes of the current slab.

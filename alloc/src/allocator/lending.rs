@@ -22,6 +22,18 @@
 //! misses' regions: the slab's idle bytes no longer sit beside a copy of
 //! them. The cost is device calls, in steps that miss only.
 //!
+//! A step that outgrows the plan then costs about its own live peak, and
+//! the re-plan that follows can cost more than the step did: merged from
+//! steps of different shapes, its slab may be well above the step's need
+//! (generated `loop-4-009`: a 6.19 MiB plan after a step of 4.71 MiB live
+//! that lending held at 4.76). So a re-plan **taller than the region
+//! serving** whose slab, with what lives outside the slab now, would raise
+//! the run's peak is declined ([`PlannedAllocator::declines`]): the plan
+//! in place keeps serving, its misses in gaps and borrowed pages, and the
+//! declined plan's steps become the basis of the next re-plan (which backs
+//! off as any re-plan that does not cure the misses). Smaller plans, and
+//! plans that fit under the peak, go in as before.
+//!
 //! Not lent: pages with bytes of a block whose last uses on other streams
 //! may still be pending (`record_stream`; lending waits for none), and
 //! anything without a mapped range (no pages to unmap). A slab of several
@@ -88,5 +100,21 @@ impl PlannedAllocator {
         }
         // torch's statistics see the range's mappings (allocator/streams.rs).
         self.sync_slabs();
+    }
+
+    /// Whether the re-plan `plan` is declined (see the module's comment):
+    /// lending on, a mapped range, a plan serving whose region `plan` is
+    /// taller than, and the bytes held now less that region plus `plan`'s
+    /// slab above the run's peak.
+    pub(super) fn declines(&self, plan: &site_plan::SitePlan) -> bool {
+        if !self.config.lend_slab_pages || !self.ranged() {
+            return false;
+        }
+        let Some(slab) = self.slab.as_ref() else {
+            return false;
+        };
+        let region = slab.region_bytes as u64;
+        let projected = self.backing.current().saturating_sub(region) + plan.slab_bytes;
+        plan.slab_bytes > region && projected > self.backing.peak()
     }
 }
