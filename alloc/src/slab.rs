@@ -445,9 +445,11 @@ impl PlannedSlab {
         Ok((addr, taken))
     }
 
-    /// Every stretch of the region no live block holds, as addresses
-    /// `(addr, len)` (a gap never spans two regions).
-    pub fn free_extents(&self) -> Vec<(usize, usize)> {
+    /// The extents `(start, end)` in slab offsets that live blocks hold
+    /// (carried ones, planned ones by their own bytes), and an empty one at
+    /// each region boundary past the first (a wall: a gap never spans two
+    /// regions), sorted.
+    fn held_extents(&self) -> Vec<(u64, u64)> {
         let mut live: Vec<(u64, u64)> = self.carried.iter().map(|c| (c.0, c.1)).collect();
         live.extend(
             self.by_offset
@@ -458,6 +460,13 @@ impl PlannedSlab {
         );
         live.extend(self.pieces.iter().skip(1).map(|&(o, _, _)| (o, o)));
         live.sort_unstable();
+        live
+    }
+
+    /// Every stretch of the region no live block holds, as addresses
+    /// `(addr, len)` (a gap never spans two regions).
+    pub fn free_extents(&self) -> Vec<(usize, usize)> {
+        let live = self.held_extents();
         let mut out = Vec::new();
         let mut at = 0u64;
         let mut push = |a: u64, b: u64| {
@@ -483,17 +492,7 @@ impl PlannedSlab {
     /// Such a block is tracked like a block carried from an earlier plan:
     /// planned sites that overlap it wait until it is freed.
     pub fn place_in_gap(&mut self, origin: Origin, size: u64, slot: u64) -> Option<usize> {
-        let mut live: Vec<(u64, u64)> = self.carried.iter().map(|c| (c.0, c.1)).collect();
-        live.extend(
-            self.by_offset
-                .iter()
-                .enumerate()
-                .filter(|(p, _)| self.live.contains(*p))
-                .map(|(p, &(o, _, _))| (o, self.block_end(p))),
-        );
-        // Region boundaries are walls: a gap never spans two regions.
-        live.extend(self.pieces.iter().skip(1).map(|&(o, _, _)| (o, o)));
-        live.sort_unstable();
+        let live = self.held_extents();
         let region = self.region_bytes as u64;
         let (mut at, mut best): (u64, Option<(u64, u64)>) = (0, None);
         let mut consider = |start: u64, end: u64| {

@@ -9,9 +9,8 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
 use support::cpu;
+use support::written::Written;
 use tensor_arena_alloc::replay::ReplayConfig;
 use tensor_arena_alloc::{Config, PlannedAllocator};
 
@@ -44,6 +43,24 @@ fn scale_of(s: usize) -> usize {
     } else {
         1_000
     }
+}
+
+/// One step at `scale`: the activations (a temporary after each), freed in
+/// reverse with a gradient-sized temporary each.
+fn step(a: &mut PlannedAllocator, sh: &mut Written, scale: usize) {
+    a.step_begin().expect("begin");
+    let mut live = Vec::new();
+    for size in activations(scale) {
+        live.push(sh.alloc(a, size));
+        let t = sh.alloc(a, size / 4);
+        sh.free(a, t);
+    }
+    for b in live.into_iter().rev() {
+        let t = sh.alloc(a, 8_192);
+        sh.free(a, t);
+        sh.free(a, b);
+    }
+    a.step_end().expect("end");
 }
 
 /// A generated loop's trace (tests/data/README.md) replayed under the
@@ -97,56 +114,14 @@ fn a_step_of_a_new_kind_holds_about_its_own_live_peak() {
     }
 }
 
-/// Live blocks, each written whole with a tag when made and checked when
-/// freed.
-#[derive(Default)]
-struct Shadow(BTreeMap<usize, (usize, u8)>);
-
-impl Shadow {
-    fn alloc(&mut self, a: &mut PlannedAllocator, size: usize) -> usize {
-        let addr = a.alloc(size, 0, 0).expect("cpu memory");
-        let tag = (self.0.len() % 251) as u8 + 1;
-        // SAFETY: a live block of `size` bytes of host memory the allocator
-        // just gave (the CPU backend, a mapped range); nothing else writes
-        // it. A page lent and not mapped again would fault here.
-        unsafe { std::ptr::write_bytes(addr as *mut u8, tag, size) };
-        assert!(
-            self.0.insert(addr, (size, tag)).is_none(),
-            "{addr:#x} twice"
-        );
-        addr
-    }
-
-    fn free(&mut self, a: &mut PlannedAllocator, addr: usize) {
-        let (size, tag) = self.0.remove(&addr).expect("freed once");
-        // SAFETY: the block is live until the free below: `size` readable
-        // bytes of host memory.
-        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
-        assert!(bytes.iter().all(|&b| b == tag), "{addr:#x} lost its bytes");
-        a.free(addr);
-    }
-}
-
 #[test]
 fn lent_pages_are_mapped_again_before_a_block_lands_on_them() {
     for checked in [false, true] {
         let mut a = cpu(&format!(r#""mapped_range": true, "checked": {checked}"#));
-        let mut sh = Shadow::default();
+        let mut sh = Written::default();
         let params: Vec<usize> = PARAMS.iter().map(|&p| sh.alloc(&mut a, p)).collect();
         for s in 0..40 {
-            a.step_begin().expect("begin");
-            let mut live = Vec::new();
-            for size in activations(scale_of(s)) {
-                live.push(sh.alloc(&mut a, size));
-                let t = sh.alloc(&mut a, size / 4);
-                sh.free(&mut a, t);
-            }
-            for b in live.into_iter().rev() {
-                let t = sh.alloc(&mut a, 8_192);
-                sh.free(&mut a, t);
-                sh.free(&mut a, b);
-            }
-            a.step_end().expect("end");
+            step(&mut a, &mut sh, scale_of(s));
         }
         let s = a.stats();
         assert_eq!(s.phase, "serving");
@@ -162,22 +137,10 @@ fn lent_pages_are_mapped_again_before_a_block_lands_on_them() {
 #[test]
 fn steps_that_fit_the_plan_lend_nothing_and_make_no_call() {
     let mut a = cpu(r#""mapped_range": true"#);
-    let mut sh = Shadow::default();
+    let mut sh = Written::default();
     let params: Vec<usize> = PARAMS.iter().map(|&p| sh.alloc(&mut a, p)).collect();
     for _ in 0..12 {
-        a.step_begin().expect("begin");
-        let mut live = Vec::new();
-        for size in activations(1_000) {
-            live.push(sh.alloc(&mut a, size));
-            let t = sh.alloc(&mut a, size / 4);
-            sh.free(&mut a, t);
-        }
-        for b in live.into_iter().rev() {
-            let t = sh.alloc(&mut a, 8_192);
-            sh.free(&mut a, t);
-            sh.free(&mut a, b);
-        }
-        a.step_end().expect("end");
+        step(&mut a, &mut sh, 1_000);
     }
     let s = a.stats();
     assert_eq!(s.lent_slab_bytes, 0, "{s:?}");

@@ -11,11 +11,10 @@ mod support;
 #[path = "support/step_peaks.rs"]
 mod step_peaks;
 
-use std::collections::BTreeMap;
-
 use support::cpu;
+use support::written::Written;
+use tensor_arena_alloc::Config;
 use tensor_arena_alloc::trace::TraceEvent;
-use tensor_arena_alloc::{Config, PlannedAllocator};
 
 /// Parameter sizes (bytes): two layers' weights and biases, a head.
 const PARAMS: [usize; 6] = [98_304, 65_536, 1_024, 49_152, 512, 8_192];
@@ -89,41 +88,11 @@ fn the_take_over_step_holds_what_the_steps_after_it_hold() {
     );
 }
 
-/// Live blocks, each written whole with a tag when made and checked when
-/// freed.
-#[derive(Default)]
-struct Shadow(BTreeMap<usize, (usize, u8)>);
-
-impl Shadow {
-    fn alloc(&mut self, a: &mut PlannedAllocator, size: usize) -> usize {
-        let addr = a.alloc(size, 0, 0).expect("cpu memory");
-        let tag = (self.0.len() % 251) as u8 + 1;
-        // SAFETY: a live block of `size` bytes of host memory the allocator
-        // just gave (the CPU backend, a mapped range); nothing else writes
-        // it. A page the allocator failed to map would fault here.
-        unsafe { std::ptr::write_bytes(addr as *mut u8, tag, size) };
-        assert!(
-            self.0.insert(addr, (size, tag)).is_none(),
-            "{addr:#x} twice"
-        );
-        addr
-    }
-
-    fn free(&mut self, a: &mut PlannedAllocator, addr: usize) {
-        let (size, tag) = self.0.remove(&addr).expect("freed once");
-        // SAFETY: the block is live until the free below: `size` readable
-        // bytes of host memory.
-        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
-        assert!(bytes.iter().all(|&b| b == tag), "{addr:#x} lost its bytes");
-        a.free(addr);
-    }
-}
-
 #[test]
 fn pages_mapped_late_are_mapped_before_a_block_lands_on_them() {
     for checked in [false, true] {
         let mut a = cpu(&format!(r#""mapped_range": true, "checked": {checked}"#));
-        let mut sh = Shadow::default();
+        let mut sh = Written::default();
         let params: Vec<usize> = PARAMS.iter().map(|&p| sh.alloc(&mut a, p)).collect();
         let mut grads: Vec<usize> = Vec::new();
         for _ in 0..10 {

@@ -7,6 +7,8 @@ pub mod growing;
 pub mod loops;
 /// A shadow map of live host blocks, tagged at both ends.
 pub mod tagged;
+/// Live host blocks written whole and checked whole.
+pub mod written;
 use tensor_arena_alloc::{Config, PlannedAllocator};
 
 /// A CPU allocator with the given policy keys (JSON object body).
