@@ -372,6 +372,12 @@ impl Tracker {
         s.num_device_free += 1;
     }
 
+    /// `bytes` of a region given back while the region itself stays (an
+    /// unmap inside a mapped range's only segment): reserved bytes only.
+    pub fn segment_shrunk(&mut self, small: bool, bytes: u64) {
+        self.stats.reserved_bytes.sub(small, bytes);
+    }
+
     /// An allocation answered NULL for lack of memory.
     pub fn oom(&mut self) {
         self.stats.num_ooms += 1;

@@ -95,8 +95,9 @@ fn a_step_of_a_new_kind_holds_about_its_own_live_peak() {
     // eval steps held the training slab, idle, beside the eval's blocks in
     // regions of their own: 1.374x the live lower bound over the run
     // without lending, 1.008x with it. loop-1-059 (random shapes, an eval
-    // pass every 5 steps): 1.547x without, 1.021x with.
-    for (name, without_at_least) in [("loop-1-018", 1.30), ("loop-1-059", 1.40)] {
+    // pass every 5 steps): 1.311x without, 1.034x with (1.547x and 1.021x
+    // with four size buckets per power of two instead of eight).
+    for (name, without_at_least) in [("loop-1-018", 1.30), ("loop-1-059", 1.25)] {
         let (peak, bound, lent) = replay_generated(name, true);
         let (peak_off, bound_off, lent_off) = replay_generated(name, false);
         assert_eq!(bound, bound_off);

@@ -249,19 +249,30 @@ impl PlannedAllocator {
         } else {
             (0, bytes - mapped)
         };
-        for _ in unmaps..calls.unmap {
+        // One segment per map call, one freed per unmap call, except that
+        // an unmap inside the mappings (idle pages of the slab lent to a
+        // miss, allocator/lending.rs; a trimmed run inside a chunk) can
+        // outnumber the maps: the segment count then never goes below one
+        // while bytes stay mapped (the unmap gives bytes back, not a
+        // segment), so that its books stay whole.
+        let new_maps = calls.map - maps;
+        let keep = u64::from(mapped > 0 && new_maps == 0);
+        let segments = s.stats().segment.large_pool.current;
+        let frees = (calls.unmap - unmaps).min(segments.saturating_sub(keep));
+        for _ in 0..frees {
             s.segment_free(false, std::mem::take(&mut down));
         }
         for _ in maps..calls.map {
             s.segment_alloc(false, std::mem::take(&mut up));
         }
-        // Net movement with no matching call (cannot happen: every byte is
+        // Bytes unmapped by calls that freed no segment (above), and net
+        // movement with no matching call (cannot happen: every byte is
         // mapped or unmapped by a call), kept exact all the same.
         if up > 0 {
             s.segment_alloc(false, up);
         }
         if down > 0 {
-            s.segment_free(false, down);
+            s.segment_shrunk(false, down);
         }
         self.side.range_seen = (mapped, calls.map, calls.unmap);
     }
