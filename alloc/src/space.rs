@@ -332,6 +332,28 @@ impl Space {
         Some(len)
     }
 
+    /// The mapped runs overlapping `[lo, hi)` (whole pages, `lo < hi`),
+    /// clipped to it: `(start, end)` each, in order.
+    fn mapped_within(&self, lo: usize, hi: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let first = self.mapped.range(..=lo).next_back().map(|(&s, &e)| (s, e));
+        first
+            .into_iter()
+            .chain(self.mapped.range(lo + 1..hi).map(|(&s, &e)| (s, e)))
+            .map(move |(s, e)| (s.max(lo), e.min(hi)))
+            .filter(|&(a, b)| a < b)
+    }
+
+    /// The mapped page runs inside `[lo, hi)` (whole pages): `(offset,
+    /// length)` each, in order; empty when `lo >= hi`.
+    pub fn mapped_runs(&self, lo: usize, hi: usize) -> Vec<(usize, usize)> {
+        if lo >= hi {
+            return Vec::new();
+        }
+        self.mapped_within(lo, hi)
+            .map(|(a, b)| (a, b - a))
+            .collect()
+    }
+
     /// The mapped page runs no live region touches, outside `keep` (an
     /// extent about to be used), largest first: `(offset, length)` each.
     pub fn trimmable(&self, keep: Option<(usize, usize)>) -> Vec<(usize, usize)> {
@@ -342,16 +364,7 @@ impl Space {
             if lo >= hi {
                 continue;
             }
-            // Mapped runs overlapping [lo, hi).
-            let first = self.mapped.range(..=lo).next_back().map(|(&s, &e)| (s, e));
-            for (s, e) in first
-                .into_iter()
-                .chain(self.mapped.range(lo + 1..hi).map(|(&s, &e)| (s, e)))
-            {
-                let (a, b) = (s.max(lo), e.min(hi));
-                if a >= b {
-                    continue;
-                }
+            for (a, b) in self.mapped_within(lo, hi) {
                 match keep {
                     Some((ks, kl)) => {
                         let (kl0, kh0) = (

@@ -225,13 +225,12 @@ fn own_packing_order(
         }
         (items, slot_of)
     };
-    let busiest = timelines
+    let (items, slot_of) = timelines
         .iter()
-        .map(|t| placement::lower_bound(&as_items(t).0))
+        .map(|t| as_items(t))
         .enumerate()
-        .max_by_key(|&(s, load)| (load, std::cmp::Reverse(s)))?
-        .0;
-    let (items, slot_of) = as_items(&timelines[busiest]);
+        .max_by_key(|(s, (items, _))| (placement::lower_bound(items), std::cmp::Reverse(*s)))?
+        .1;
     let solution = placement::solve(&items, &Strategy::default()).ok()?;
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by_key(|&i| (solution.offsets.get(i).copied().unwrap_or(0), i));

@@ -57,7 +57,8 @@ _POLICY_FLAGS = (
     ("mapped_range", bool, "take every region from mapped address ranges (pages mapped as needed, no "
                            "device call per region); --no-mapped-range: a device region per region"),
     ("lend_slab_pages", bool, "before a miss no gap of the slab holds maps pages past the run's peak, unmap "
-                              "the slab's idle pages (mapped again as blocks land there and at the step's end)"),
+                              "the slab's idle pages (mapped again as blocks land there and at the step's end), "
+                              "and decline a loose re-plan that would raise the peak"),
     ("range_bytes", int, "bytes of address space each mapped range reserves (default: the device's capacity)"),
     ("step_request_cap", int, "a step that makes this many requests without ending is cut (its record dropped; "
                               "default: 4x the largest ended step, at least 65536)"),

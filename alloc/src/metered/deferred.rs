@@ -134,23 +134,8 @@ impl Metered {
         let (base, page) = (space.base(), space.page());
         let lo = (addr - base).next_multiple_of(page);
         let hi = (addr + len - base) / page * page;
-        if lo >= hi {
-            return Vec::new();
-        }
-        // The mapped runs: the complement of the unmapped ones.
-        let mut mapped = Vec::new();
-        let mut at = lo;
-        for (o, l) in space.unmapped_runs(lo, hi - lo) {
-            if o > at {
-                mapped.push((at, o - at));
-            }
-            at = o + l;
-        }
-        if hi > at {
-            mapped.push((at, hi - at));
-        }
         let mut out = Vec::new();
-        for (o, l) in mapped.into_iter().take(max_calls) {
+        for (o, l) in space.mapped_runs(lo, hi).into_iter().take(max_calls) {
             if self.unmap(base + o, l).is_ok() {
                 self.spaces[0].1.note_unmapped(o, l);
                 out.push((base + o, l));
