@@ -94,6 +94,8 @@ struct Step {
     plan_lb: u64,
     misses: Misses,
     replanned: bool,
+    /// A re-plan made at this step's end was declined (`lending.rs`).
+    declined: bool,
     /// The first step a slab is mapped in.
     take_over: bool,
     /// Sets a new largest live peak (over every earlier step).
@@ -145,6 +147,7 @@ fn run(events: &[TraceEvent], policy: &Config) -> (Vec<Step>, u64, u64) {
     let mut cur = Step::default();
     let mut misses_at = Misses::default();
     let mut replans_at = 0u64;
+    let mut declined_at = 0u64;
     let mut slab_seen = false;
     let mut max_live_before = 0u64;
     let mut peak_reserved = 0u64;
@@ -225,6 +228,8 @@ fn run(events: &[TraceEvent], policy: &Config) -> (Vec<Step>, u64, u64) {
             misses_at = s.misses;
             cur.replanned = s.replans > replans_at;
             replans_at = s.replans;
+            cur.declined = s.replans_declined > declined_at;
+            declined_at = s.replans_declined;
             if let Some(slab) = a.slab() {
                 cur.slab_bytes = slab.plan.slab_bytes;
                 cur.plan_lb = slab.plan.lower_bound;
@@ -338,7 +343,13 @@ fn main() {
                     s.misses.unmatched,
                     s.misses.overlap,
                     s.misses.stream,
-                    if s.replanned { "yes" } else { "" },
+                    if s.replanned {
+                        "yes"
+                    } else if s.declined {
+                        "declined"
+                    } else {
+                        ""
+                    },
                     if s.new_live_max { "yes" } else { "" },
                     if s.take_over { "yes" } else { "" },
                     mib(s.pinned_old),
