@@ -85,7 +85,10 @@ const TRIM_CALLS: usize = 16;
 /// 3 and the suite 1.117 / 1.109 / 1.129 / 1.058 at 8, 1.113 / 1.084 /
 /// 1.122 / 1.049 at 64 (the recorded steps of loops whose warm-up left
 /// many small idle runs: `loop-1-082` 1.178 -> 1.113); 1,024 gives what 64
-/// gives.
+/// gives. In serving steps too since a serving step's misses may map past
+/// the peak beside idle pages of earlier misses' regions: seeds 1 / 2 / 3 /
+/// 4 1.077 / 1.072 / 1.082 / 1.061 -> 1.069 / 1.064 / 1.069 / 1.055
+/// (`loop-1-078` 1.316 -> 1.004), device calls +11% / +3% / +8% / +1%.
 const ROOM_CALLS: usize = 64;
 
 /// A mapped range grows by at least this much at once (device calls).
@@ -769,12 +772,11 @@ impl PlannedAllocator {
         self.counters.reservations_at_step_start = self.backing.reservations();
         self.counters.calls_at_step_start = self.backing.calls();
         self.counters.plan_moved_this_step = false;
-        // Before the first slab serves, and in its take-over step, a region
-        // mapped past the run's peak unmaps idle pages first
-        // (allocator/takeover.rs).
-        let before_slab = self.phase != Phase::Serving || self.awaiting_region.is_some();
-        self.backing
-            .set_room_calls(if before_slab { ROOM_CALLS } else { 0 });
+        // A region mapped past the run's peak unmaps idle pages first
+        // (allocator/takeover.rs), in any step: a step that serves whole
+        // never maps past the peak, so this costs calls only in a step
+        // that would set a new one.
+        self.backing.set_room_calls(ROOM_CALLS);
         self.at_step_begin();
         Ok(())
     }

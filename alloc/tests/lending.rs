@@ -174,3 +174,27 @@ fn a_replan_that_would_raise_the_runs_peak_is_declined() {
         p.live_lower_bound_bytes
     );
 }
+
+#[test]
+fn a_serving_step_that_sets_a_new_peak_unmaps_idle_pages_first() {
+    // Generated loop-1-078 (attention, lengths growing by stages, an eval
+    // pass every 5 steps at a larger batch): every re-plan is declined and
+    // each eval step's misses are larger than the last. Their regions
+    // outside the slab stay mapped between steps; when a step's misses
+    // needed more, new pages were mapped past the run's peak beside 4.5
+    // MiB of those idle ones: 1.316x the live lower bound. Idle runs are
+    // now unmapped first in a serving step too (`ROOM_CALLS`): 1.004x.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/generated/loop-1-078.csv.gz");
+    let events = support::loops::read_gz(&path);
+    let p = tensor_arena_alloc::replay::replay(&events, &ReplayConfig::default()).expect("replay");
+    let s = &p.stats;
+    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+    assert_eq!(s.phase, "serving");
+    assert!(
+        p.peak_reserved_bytes * 100 <= p.live_lower_bound_bytes * 105,
+        "peak {} for a live lower bound of {}",
+        p.peak_reserved_bytes,
+        p.live_lower_bound_bytes
+    );
+}

@@ -73,9 +73,9 @@ impl Metered {
     /// Regions taken from the high end of a range may unmap idle pages
     /// first, `calls` times at most until this is called again, when they
     /// would map pages past the run's peak ([`Metered::make_room`]). The
-    /// policy allows it in the steps before the first slab serves and in
-    /// its take-over step (their peak is the run's in many loops), not in
-    /// steady steps (a call to unmap, then a call to map the pages again).
+    /// policy allows it in every step: a step the plan serves whole maps
+    /// nothing, so only a step that would set a new peak pays the calls
+    /// (a call to unmap, often a call to map the pages again).
     pub fn set_room_calls(&mut self, calls: usize) {
         self.room_calls = calls;
     }
