@@ -1219,12 +1219,17 @@ impl PlannedAllocator {
         true
     }
 
-    /// Places a missed request in the largest-enough-smallest gap of the
-    /// slab that no live block holds (best fit), counted in
-    /// `served_in_gaps`.
+    /// Places a missed request in the smallest gap of the slab that no
+    /// live block holds and that leaves the next sites of the request's
+    /// phase alone, else the smallest that fits (`PlannedSlab::place_in_gap`),
+    /// counted in `served_in_gaps`.
     fn place_in_gap(&mut self, origin: Origin, size: u64) -> Option<usize> {
         let slot = site_plan::slot_for(size, self.platform.pad() as u64, self.checked);
-        let addr = self.slab.as_mut()?.place_in_gap(origin, size, slot)?;
+        let phase = self.phases.current;
+        let addr = self
+            .slab
+            .as_mut()?
+            .place_in_gap(origin, size, slot, phase)?;
         if !self.take_slab_block(addr, slot, size) {
             return None;
         }
