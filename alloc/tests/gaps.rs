@@ -6,24 +6,13 @@
 
 mod support;
 
-use tensor_arena_alloc::replay::{Prediction, ReplayConfig, replay};
-
-fn replayed(path: &std::path::Path) -> Prediction {
-    let events = support::loops::read_gz(path);
-    let p = replay(&events, &ReplayConfig::default()).expect("replay");
-    let s = &p.stats;
-    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
-    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
-    p
-}
-
 #[test]
 fn misses_in_gaps_leave_the_next_sites_alone() {
     // The suite's kept_losses (losses kept as tensors, masks): misses put
     // in gaps sat on the slots of the next sites, 67% of the requests
     // after the warm-up served from the plan; 89.5% with the look-ahead,
     // the peak no higher (1.034x -> 1.028x the live lower bound).
-    let p = replayed(&support::loops::dir().join("kept_losses.csv.gz"));
+    let p = support::replay_default(&support::loops::dir().join("kept_losses.csv.gz"));
     let served = p.served_share.expect("a plan served");
     assert!(served >= 0.85, "served {served}");
     assert!(

@@ -160,12 +160,8 @@ fn a_replan_that_would_raise_the_runs_peak_is_declined() {
     // 6.19 MiB slab for a 4.64 MiB bound and set the whole run's peak,
     // 1.337x the live lower bound. Declined, the plan in place serves on:
     // 1.030x.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/generated/loop-4-009.csv.gz");
-    let events = support::loops::read_gz(&path);
-    let p = tensor_arena_alloc::replay::replay(&events, &ReplayConfig::default()).expect("replay");
+    let p = support::replay_default(&support::generated("loop-4-009"));
     let s = &p.stats;
-    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
     assert!(s.replans_declined > 0, "{s:?}");
     assert!(
         p.peak_reserved_bytes * 100 <= p.live_lower_bound_bytes * 110,
@@ -184,12 +180,8 @@ fn a_serving_step_that_sets_a_new_peak_unmaps_idle_pages_first() {
     // needed more, new pages were mapped past the run's peak beside 4.5
     // MiB of those idle ones: 1.316x the live lower bound. Idle runs are
     // now unmapped first in a serving step too (`ROOM_CALLS`): 1.004x.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/generated/loop-1-078.csv.gz");
-    let events = support::loops::read_gz(&path);
-    let p = tensor_arena_alloc::replay::replay(&events, &ReplayConfig::default()).expect("replay");
+    let p = support::replay_default(&support::generated("loop-1-078"));
     let s = &p.stats;
-    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
     assert_eq!(s.phase, "serving");
     assert!(
         p.peak_reserved_bytes * 100 <= p.live_lower_bound_bytes * 105,

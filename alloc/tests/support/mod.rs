@@ -9,6 +9,7 @@ pub mod loops;
 pub mod tagged;
 /// Live host blocks written whole and checked whole.
 pub mod written;
+use tensor_arena_alloc::replay::{Prediction, ReplayConfig, replay};
 use tensor_arena_alloc::{Config, PlannedAllocator};
 
 /// A CPU allocator with the given policy keys (JSON object body).
@@ -46,4 +47,21 @@ pub fn toy_step(a: &mut PlannedAllocator, prev_grads: &mut Vec<usize>, act: usiz
         a.free(x);
     }
     a.step_end().expect("end");
+}
+
+/// The trace at `path` replayed under the default policy; every free
+/// found its block.
+pub fn replay_default(path: &std::path::Path) -> Prediction {
+    let p = replay(&loops::read_gz(path), &ReplayConfig::default()).expect("replay");
+    let s = &p.stats;
+    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0, "{s:?}");
+    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    p
+}
+
+/// A generated loop's trace kept in `tests/data/generated/` (see its
+/// README).
+pub fn generated(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/data/generated/{name}.csv.gz"))
 }
