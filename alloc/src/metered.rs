@@ -335,7 +335,7 @@ impl Metered {
         // 1.055 / 1.019 -> 1.062 / 1.058 / 1.068 / 1.051 / 1.019, a new
         // live peak's step 1.067 -> 1.056 of its live peak (median, seed
         // 1), device calls +6% to +18%, none in steady steps.
-        let chunk = chunk.min((self.peak.saturating_sub(self.current)) as usize);
+        let chunk = chunk.min(self.peak.saturating_sub(self.current) as usize);
         let mut runs = self.spaces[i].1.runs_to_map(off, bytes, end, chunk);
         // Pages mapped past the run's peak: idle pages elsewhere go first
         // (metered/deferred.rs), and the runs are taken again (the chunk's

@@ -526,14 +526,15 @@ impl PlannedSlab {
         if region > at {
             gaps.push((at, region - at));
         }
-        gaps.retain(|&(_, len)| len >= slot);
         let upcoming = self.upcoming_slots(phase, origin.step);
-        let clear = |start: u64| !upcoming.iter().any(|&(o, e)| o < start + slot && start < e);
-        let best_fit = |gaps: &mut dyn Iterator<Item = (u64, u64)>| {
-            gaps.min_by_key(|&(start, len)| (len, start))
-        };
-        let (offset, _) = best_fit(&mut gaps.iter().copied().filter(|&(o, _)| clear(o)))
-            .or_else(|| best_fit(&mut gaps.iter().copied()))?;
+        let holds_upcoming =
+            |start: u64| upcoming.iter().any(|&(o, e)| o < start + slot && start < e);
+        // Clear of the sites to come first, then best fit.
+        let (_, _, offset) = gaps
+            .into_iter()
+            .filter(|&(_, len)| len >= slot)
+            .map(|(start, len)| (holds_upcoming(start), len, start))
+            .min()?;
         let addr = self.address(offset, slot)?;
         self.carried.push((offset, offset + slot, origin, size));
         self.live_count += 1;
