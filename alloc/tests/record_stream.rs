@@ -427,6 +427,29 @@ proptest! {
 }
 
 #[test]
+fn a_shrinking_replan_keeps_the_pages_of_blocks_a_held_stream_uses() {
+    // Found by the property above (checked mode): every step frees a block
+    // used on a held side stream; a re-plan whose slab is lower shrank the
+    // region to its highest live block and unmapped the pages past it,
+    // the waiting blocks' among them (their guards then unreadable: four
+    // guard violations, and on a device the side stream's kernels would
+    // have read unmapped memory).
+    let size = |size| Op::Alloc { size, stream: 0 };
+    let body = [
+        size(0),
+        size(4),
+        size(0),
+        Op::Hold { side: 0 },
+        size(0),
+        size(0),
+        Op::Record { block: 53, side: 0 },
+    ];
+    for checked in [true, false] {
+        run_program(&body, 6, &[false], checked).expect("no byte of a waiting block lost");
+    }
+}
+
+#[test]
 fn record_stream_steady_steps_are_planned_when_a_side_stream_lags_a_step() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     // A collective (the side stream) still reads step N's bucket at the

@@ -61,8 +61,12 @@ impl PlannedAllocator {
         if !old.is_one_region() {
             return None;
         }
+        // Waiting blocks (freed, their other streams' uses still pending)
+        // keep their pages mapped as live ones do: a side stream may still
+        // read them.
         let keep = (bytes as u64)
             .max(old.live_end())
+            .max(self.pending_end_in(old.base, old.region_bytes))
             .next_multiple_of(site_plan::GRANULE) as usize;
         let loose = keep.saturating_mul(SHRINK.1) < old.region_bytes.saturating_mul(SHRINK.0);
         (loose && self.backing.shrink_in_place(old.base, keep)).then_some(keep)

@@ -344,6 +344,21 @@ impl PlannedAllocator {
         !self.side.uses.is_idle() && self.side.uses.overlaps(base, bytes as u64)
     }
 
+    /// How far into the region at `base` (of `bytes`) waiting blocks reach:
+    /// the end of the highest, as an offset from `base` (0 when none waits
+    /// there).
+    pub(super) fn pending_end_in(&self, base: usize, bytes: usize) -> u64 {
+        let end = base as u128 + bytes as u128;
+        self.side
+            .uses
+            .pending()
+            .iter()
+            .filter(|p| (p.addr as u128) < end && base as u128 <= p.addr as u128 + p.len as u128)
+            .map(|p| (p.addr as u128 + p.len as u128).min(end) - base as u128)
+            .max()
+            .map_or(0, |e| e as u64)
+    }
+
     /// Whether a waiting block holds bytes of one of `slab`'s regions.
     pub(super) fn pending_in_slab(&self, slab: &PlannedSlab) -> bool {
         slab.regions()
