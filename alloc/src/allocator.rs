@@ -230,7 +230,9 @@ pub struct PlannedAllocator {
     streams: HashMap<usize, u32>,
     /// Live bytes of blocks allocated outside steps.
     counters: Counters,
-    miss_streak: u32,
+    /// Serving steps with misses since the last re-plan (or the plan's
+    /// install), consecutive or not: what `replan_miss_steps` is held to.
+    misses_since_replan: u32,
     clean_streak: u32,
     /// The step after which the peaks restart (the first a plan serves).
     restart_peaks_at: u64,
@@ -386,7 +388,7 @@ impl PlannedAllocator {
             lent_calls: 0,
             streams: HashMap::new(),
             counters: Counters::default(),
-            miss_streak: 0,
+            misses_since_replan: 0,
             clean_streak: 0,
             restart_peaks_at: 0,
             replans_unchanged: 0,
@@ -880,10 +882,9 @@ impl PlannedAllocator {
                     self.records.anchor_plan(0);
                 }
                 if missed {
-                    self.miss_streak += 1;
+                    self.misses_since_replan += 1;
                     self.clean_streak = 0;
                 } else {
-                    self.miss_streak = 0;
                     self.clean_streak += 1;
                 }
                 // Carried fallback blocks of the recorded steps are freed by
@@ -912,12 +913,16 @@ impl PlannedAllocator {
                 }
                 let wait = self.config.replan_miss_steps.max(self.replan_wait);
                 if busy {
-                    self.miss_streak = 0;
-                } else if self.miss_streak >= wait {
+                    self.misses_since_replan = 0;
+                } else if missed && self.misses_since_replan >= wait {
+                    // Missing steps are counted since the last re-plan,
+                    // consecutive or not: a pass that recurs every few
+                    // steps (an eval pass) is re-planned at its second
+                    // miss, a shape that grows for two steps as before.
+                    self.misses_since_replan = 0;
                     // Back off when re-plans do not cure the misses (a
                     // program that never repeats itself).
                     self.replan_wait = (wait * 2).min(MAX_REPLAN_WAIT);
-                    self.miss_streak = 0;
                     self.replan(std::time::Instant::now());
                 } else if self.clean_streak >= 2 * wait {
                     // Long enough without misses: the next ones are new.

@@ -94,8 +94,12 @@ pub struct Config {
     /// Steps recorded before the first plan when the recorded steps'
     /// shapes differ (at least `record_steps`).
     pub record_steps_changing: u32,
-    /// Consecutive serving steps with misses (size, order, overlap) after
-    /// which the allocator re-plans at the next step boundary.
+    /// Serving steps with misses (size, order, overlap) since the last
+    /// re-plan, consecutive or not, after which the allocator re-plans at
+    /// the next step boundary (2: a one-off miss is served from the gaps
+    /// and borrowed pages, a pass that recurs or a shape that stays is
+    /// re-planned at its second missing step; docs/allocator.md, "How
+    /// long to wait before a re-plan").
     pub replan_miss_steps: u32,
     /// Steps kept for re-planning (the recent ones, the missing step
     /// included).
@@ -177,7 +181,7 @@ impl Default for Config {
             warmup_steps: 1,
             record_steps: 2,
             record_steps_changing: 6,
-            replan_miss_steps: 1,
+            replan_miss_steps: 2,
             recent_steps: 4,
             background_plan_requests: 1_024,
             exact_before_plan: true,

@@ -223,7 +223,7 @@ class PlannedAllocator:
     requests for another device get NULL and are counted. ``policy`` keywords go to ``tensor_arena_configure`` as they are:
     ``warmup_steps`` (default 1: the first step, where the optimizer creates
     its state, is not planned), ``record_steps`` (2), ``replan_miss_steps``
-    (1), ``recent_steps`` (4), ``checked`` (default ``TENSOR_ARENA_CHECKED=1``)
+    (2: steps with misses since the last re-plan), ``recent_steps`` (4), ``checked`` (default ``TENSOR_ARENA_CHECKED=1``)
     and ``platform`` (``"cuda"`` or ``"npu"``: the fallback's rounding). The
     library refuses unknown keys; the error names them.
 

@@ -45,7 +45,7 @@ _POLICY_FLAGS = (
     ("warmup_steps", int, "steps served by the fallback and not planned (the first creates optimizer state)"),
     ("record_steps", int, "steps recorded before the first plan"),
     ("record_steps_changing", int, "steps recorded before the first plan while the recorded shapes differ"),
-    ("replan_miss_steps", int, "consecutive steps with misses after which the allocator re-plans"),
+    ("replan_miss_steps", int, "steps with misses since the last re-plan (consecutive or not) after which the allocator re-plans"),
     ("recent_steps", int, "steps kept for re-planning"),
     ("background_plan_requests", int, "plans of steps with at least this many requests (default 1024) are "
                                       "made on a thread of their own and swapped in a step later"),
