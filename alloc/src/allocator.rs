@@ -1314,6 +1314,7 @@ impl PlannedAllocator {
                 .as_ref()
                 .map(|s| s.held_before(self.step))
                 .unwrap_or_default(),
+            parity: self.config.parity_offsets,
         };
         let requests: usize = steps.iter().map(|s| s.requests.len()).sum();
         if requests >= self.config.background_plan_requests as usize {
@@ -1649,6 +1650,8 @@ struct PlanJob {
     region: Option<u64>,
     /// Offsets of that region held by blocks kept past their step.
     held: Vec<(u64, u64)>,
+    /// One offset per step parity where it is lower (parity.rs).
+    parity: bool,
 }
 
 impl PlanJob {
@@ -1680,6 +1683,7 @@ impl PlanJob {
             site_plan::Room {
                 capacity: self.region,
                 held: &self.held,
+                parity: self.parity,
             },
         );
         // A growing run: the latest step's own plan when the merged one is

@@ -151,6 +151,12 @@ pub struct Config {
     /// peak is declined and the plan in place serves on. On by default;
     /// off: the slab stays mapped whole and every re-plan goes in.
     pub lend_slab_pages: bool,
+    /// Every site gets one offset for even steps and one for odd steps
+    /// where that gives a lower slab than one offset per site: a doubled
+    /// site (its block of one step still alive when the next step makes
+    /// its own) otherwise keeps both its slots reserved all the time. On
+    /// by default; off: one offset per site (a doubled site's two).
+    pub parity_offsets: bool,
     /// Bytes of address space the range reserves (no memory: address
     /// space only); when absent, the device's capacity (the host's memory
     /// for the CPU backend), else 1 TiB.
@@ -192,6 +198,7 @@ impl Default for Config {
             npu_runtime_lib: None,
             mapped_range: true,
             lend_slab_pages: true,
+            parity_offsets: true,
             range_bytes: None,
             map_granularity: None,
             step_request_cap: None,

@@ -78,6 +78,7 @@ pub mod ffi;
 mod live_set;
 mod merge;
 mod metered;
+mod parity;
 mod pending;
 mod record;
 pub mod replay;

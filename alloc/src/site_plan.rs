@@ -8,6 +8,7 @@ use tensor_arena::plan::placement::{self, Interval, Strategy};
 
 use crate::align::{self, Shape};
 use crate::merge::Merger;
+use crate::parity;
 use crate::record::{Life as RequestLife, StepRecord};
 use crate::request_phase::RequestPhase;
 use crate::step_conflicts;
@@ -231,6 +232,9 @@ pub struct Room<'a> {
     /// and will go on holding: no site is placed over them (where the
     /// steps' conflicts place the sites, [`crate::step_conflicts`]).
     pub held: &'a [(u64, u64)],
+    /// Whether the sites may get one offset per step parity where that is
+    /// lower ([`crate::parity`]).
+    pub parity: bool,
 }
 
 /// Plans `steps` (oldest first, `latest` the last ended step) from their
@@ -510,6 +514,21 @@ pub fn plan(
             .max()
             .unwrap_or(0),
     );
+    // Doubled sites keep both their slots reserved all the time under one
+    // offset per site; one offset per parity for every site can lower the
+    // slab (parity.rs). Not where kept blocks hold bytes the placement
+    // must leave alone.
+    let doubled = sites
+        .iter()
+        .any(|s| s.alternate.is_some() && s.unplanned.is_none());
+    let (slab_bytes, optimal) = if room.parity && doubled {
+        match by_parity(&mut sites, &circular, n, slab_bytes, room.held) {
+            Some(height) => (height, false),
+            None => (slab_bytes, optimal),
+        }
+    } else {
+        (slab_bytes, optimal)
+    };
     SitePlan {
         lower_bound: per_step_lower_bound(steps, &maps, &sites, latest, pad, checked),
         union_lower_bound: placement::lower_bound(&intervals) as u64,
@@ -529,6 +548,46 @@ pub fn plan(
         merged_requests: 0,
         aligned_requests: 0,
     }
+}
+
+/// Re-places `sites` with one offset per step parity (parity.rs) when
+/// that is lower than `height`, the one-offset plan's: each site's offset
+/// is then its even steps' and its alternate its odd steps' (when they
+/// differ). Two orders are tried: the one-offset plan's offsets (its
+/// structure kept, the second slots of doubled sites fitted in), and
+/// larger slots first. The new height, or `None` when neither is lower.
+fn by_parity(
+    sites: &mut [Site],
+    circular: &[(usize, usize)],
+    n: usize,
+    height: u64,
+    held: &[(u64, u64)],
+) -> Option<u64> {
+    let lives: Vec<parity::Life> = sites
+        .iter()
+        .zip(circular)
+        .map(|(s, &(start, end))| parity::Life {
+            start,
+            end: end.min(2 * n),
+            size: if s.unplanned.is_none() { s.slot } else { 0 },
+        })
+        .collect();
+    let by_offset: Vec<u64> = sites.iter().map(|s| s.offset).collect();
+    let by_size: Vec<u64> = sites.iter().map(|s| u64::MAX - s.slot).collect();
+    let best = [by_offset, by_size]
+        .iter()
+        .filter_map(|priority| parity::place(&lives, n, priority, held))
+        .min_by_key(|&(_, h)| h)?;
+    if best.1 >= height {
+        return None;
+    }
+    for (site, [even, odd]) in sites.iter_mut().zip(best.0) {
+        if site.unplanned.is_none() {
+            site.offset = even;
+            site.alternate = (odd != even).then_some(odd);
+        }
+    }
+    Some(best.1)
 }
 
 /// Sets each site's offsets from `offsets`, one per interval: intervals
@@ -820,6 +879,7 @@ mod tests {
             Room {
                 capacity: None,
                 held: &held,
+                parity: false,
             },
         );
         for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
@@ -910,12 +970,100 @@ mod tests {
                 })
                 .collect();
             let held = [(held_at * 512, held_at * 512 + 1024)];
-            let room = Room { capacity: None, held: &held };
+            let room = Room {
+                capacity: None,
+                held: &held,
+                parity: true,
+            };
             let plan = plan_of(&steps, count as u64 + 1, false, room);
             proptest::prop_assert!(each_step_fits(&plan, &steps));
             for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
-                proptest::prop_assert!(s.offset + s.slot <= plan.slab_bytes);
-                proptest::prop_assert!(s.offset + s.slot <= held[0].0 || held[0].1 <= s.offset);
+                for o in [s.offset, s.alternate.unwrap_or(s.offset)] {
+                    proptest::prop_assert!(o + s.slot <= plan.slab_bytes);
+                    proptest::prop_assert!(o + s.slot <= held[0].0 || held[0].1 <= o);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Steps alike, some blocks carried into the next step (freed
+        /// before or after its own request at their site: doubled), planned
+        /// with one offset per parity: six steps served by parity never
+        /// give two blocks alive at once the same bytes.
+        #[test]
+        fn offsets_by_parity_never_share_bytes_between_steps(
+            n in 2usize..12,
+            seed in proptest::prelude::any::<u64>(),
+            held_at in proptest::option::of(0u64..64),
+        ) {
+            let mut x = seed | 1;
+            let mut next = |m: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % m
+            };
+            // Per request: its size and its free, (steps on, clock).
+            let shape: Vec<(u64, u64, u32)> = (0..n)
+                .map(|k| {
+                    let size = 512 * (1 + next(40));
+                    if next(3) == 0 {
+                        (size, 1, next(n as u64 + 1) as u32)
+                    } else {
+                        (size, 0, k as u32 + 1 + next((n - k) as u64) as u32)
+                    }
+                })
+                .collect();
+            let steps: Vec<StepRecord> = (1..=2u64)
+                .map(|s| StepRecord {
+                    step: s,
+                    requests: shape
+                        .iter()
+                        .map(|&(size, on, clock)| req(size, Some((s + on, clock))))
+                        .collect(),
+                    ..StepRecord::default()
+                })
+                .collect();
+            let held: Vec<(u64, u64)> = held_at
+                .map(|h| (h * 512, h * 512 + 1024))
+                .into_iter()
+                .collect();
+            let room = Room {
+                capacity: None,
+                held: &held,
+                parity: true,
+            };
+            let plan = plan_of(&steps, 3, false, room);
+            let maps: Vec<Vec<u32>> = plan.merged.maps().map(<[u32]>::to_vec).collect();
+            // Blocks of six steps: (alive from, alive until, offset, end).
+            let at = |step: u64, clock: u64| step * (n as u64 + 1) + clock;
+            let mut blocks = Vec::new();
+            for t in 0..6u64 {
+                for (k, &(size, on, clock)) in shape.iter().enumerate() {
+                    let site = &plan.sites[maps[0][k] as usize];
+                    proptest::prop_assert!(site.unplanned.is_none());
+                    let offset = if t % 2 == 0 {
+                        site.offset
+                    } else {
+                        site.alternate.unwrap_or(site.offset)
+                    };
+                    proptest::prop_assert!(offset + site.slot <= plan.slab_bytes);
+                    let end = offset + slot_for(size, 0, false);
+                    for &(lo, hi) in &held {
+                        proptest::prop_assert!(end <= lo || hi <= offset, "over held bytes");
+                    }
+                    blocks.push((at(t, k as u64), at(t + on, u64::from(clock)), offset, end));
+                }
+            }
+            for (i, a) in blocks.iter().enumerate() {
+                for b in &blocks[i + 1..] {
+                    let alive_together = a.0 < b.1 && b.0 < a.1;
+                    let share = a.2 < b.3 && b.2 < a.3;
+                    proptest::prop_assert!(!(alive_together && share), "{a:?} and {b:?}");
+                }
             }
         }
     }

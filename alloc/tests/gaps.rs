@@ -11,8 +11,16 @@ fn misses_in_gaps_leave_the_next_sites_alone() {
     // The suite's kept_losses (losses kept as tensors, masks): misses put
     // in gaps sat on the slots of the next sites, 67% of the requests
     // after the warm-up served from the plan; 89.5% with the look-ahead,
-    // the peak no higher (1.034x -> 1.028x the live lower bound).
-    let p = support::replay_default(&support::loops::dir().join("kept_losses.csv.gz"));
+    // the peak no higher (1.034x -> 1.028x the live lower bound). Measured
+    // on plans with one offset per site: offsets by parity (parity.rs)
+    // pack the slab tighter, fewer gaps are left, and the same trace is
+    // served 77.9% with the look-ahead, 75.7% without (1.031x).
+    let one_offset = tensor_arena_alloc::Config {
+        parity_offsets: false,
+        ..Default::default()
+    };
+    let path = support::loops::dir().join("kept_losses.csv.gz");
+    let p = support::replay_with(&path, one_offset);
     let served = p.served_share.expect("a plan served");
     assert!(served >= 0.85, "served {served}");
     assert!(

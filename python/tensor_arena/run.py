@@ -59,6 +59,8 @@ _POLICY_FLAGS = (
     ("lend_slab_pages", bool, "before a miss no gap of the slab holds maps pages past the run's peak, unmap "
                               "the slab's idle pages (mapped again as blocks land there and at the step's end), "
                               "and decline a loose re-plan that would raise the peak"),
+    ("parity_offsets", bool, "give every site one offset for even steps and one for odd steps where the slab "
+                             "is lower (--no-parity-offsets: one offset per site)"),
     ("range_bytes", int, "bytes of address space each mapped range reserves (default: the device's capacity)"),
     ("step_request_cap", int, "a step that makes this many requests without ending is cut (its record dropped; "
                               "default: 4x the largest ended step, at least 65536)"),

@@ -145,6 +145,7 @@ pub(super) fn latest_alone(
         site_plan::Room {
             capacity: job.region,
             held: &job.held,
+            parity: job.parity,
         },
     );
     let largest = alone.lower_bound >= plan.lower_bound;

@@ -52,7 +52,17 @@ pub fn toy_step(a: &mut PlannedAllocator, prev_grads: &mut Vec<usize>, act: usiz
 /// The trace at `path` replayed under the default policy; every free
 /// found its block.
 pub fn replay_default(path: &std::path::Path) -> Prediction {
-    let p = replay(&loops::read_gz(path), &ReplayConfig::default()).expect("replay");
+    replay_with(path, Config::default())
+}
+
+/// The trace at `path` replayed under `policy`; every free found its
+/// block.
+pub fn replay_with(path: &std::path::Path, policy: Config) -> Prediction {
+    let config = ReplayConfig {
+        policy,
+        ..ReplayConfig::default()
+    };
+    let p = replay(&loops::read_gz(path), &config).expect("replay");
     let s = &p.stats;
     assert_eq!(s.errors.double_free + s.errors.unknown_free, 0, "{s:?}");
     assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
