@@ -147,7 +147,7 @@ pub struct Config {
     /// idle pages first (mapped again as blocks land on them and at the
     /// step's end): a step that outgrows the plan then holds its excess
     /// only, for a few device calls in that step. With it, a loose re-plan
-    /// (more than 5% over its own lower bound) that would raise the run's
+    /// (more than 2.5% over its own lower bound) that would raise the run's
     /// peak is declined and the plan in place serves on. On by default;
     /// off: the slab stays mapped whole and every re-plan goes in.
     pub lend_slab_pages: bool,

@@ -27,7 +27,7 @@
 //! steps of different shapes, its slab may be well above the step's need
 //! (generated `loop-4-009`: a 6.19 MiB plan after a step of 4.71 MiB live
 //! that lending held at 4.76). So a re-plan **taller than the region
-//! serving**, loose (more than 5% over its own lower bound), whose slab,
+//! serving**, loose (more than 2.5% over its own lower bound), whose slab,
 //! with what lives outside the slab now, would raise the run's peak is
 //! declined ([`PlannedAllocator::declines`]): the plan
 //! in place keeps serving, its misses in gaps and borrowed pages, and the
@@ -60,8 +60,17 @@ const LEND_CALLS: u32 = 16;
 /// and one doubling its activations once kept their old plans and missed
 /// on; 5% 1.080 (1.062) / 1.080 / 1.084 / 1.066 (1.044) / 1.025; 12.5%
 /// 1.084 / 1.081 / 1.085 / 1.074 / 1.025; 25% 1.094 / 1.082 / 1.092 /
-/// 1.076 / 1.040.
-const LOOSE: (u64, u64) = (21, 20);
+/// 1.076 / 1.040. Since plans give every site one offset per step parity
+/// (parity.rs) they are tighter, and a plan 2.5-5% over its bound that
+/// raised the peak went in where its one-offset form was declined: 2.5%
+/// (seeds 1 / 2 / 3 / 4 / 5 / 6 and the suite, geomean 1.044 / 1.049 /
+/// 1.046 / 1.037 / 1.046 / 1.055 / 1.019 at 5% -> 1.043 / 1.049 / 1.045 /
+/// 1.030 / 1.046 / 1.053 / 1.019; p90 of seed 4 1.121 -> 1.055, of seed 1
+/// 1.104 -> 1.116; served median -0.5 to -1.0 point on seeds 1 and 5;
+/// seed 6 generated after the choice, the others before). Any looseness
+/// (declining every taller plan that raises the peak) keeps a plan growing
+/// in place out (`growth.rs`).
+const LOOSE: (u64, u64) = (41, 40);
 
 /// Blocks of a step that lent pages which may map only their own lent
 /// pages; the next maps every lent page at once (8: seed 1's geomean 1.124
