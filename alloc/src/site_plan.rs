@@ -937,6 +937,17 @@ mod tests {
         assert!(each_step_fits(&plan, &steps));
     }
 
+    /// Draws in `0..m` from a xorshift seeded with `seed`.
+    fn draws(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut x = seed | 1;
+        move |m| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
@@ -950,13 +961,7 @@ mod tests {
             seed in proptest::prelude::any::<u64>(),
             held_at in 0u64..64,
         ) {
-            let mut x = seed | 1;
-            let mut next = |m: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % m
-            };
+            let mut next = draws(seed);
             let steps: Vec<StepRecord> = (1..=count as u64)
                 .map(|s| StepRecord {
                     step: s,
@@ -999,13 +1004,7 @@ mod tests {
             seed in proptest::prelude::any::<u64>(),
             held_at in proptest::option::of(0u64..64),
         ) {
-            let mut x = seed | 1;
-            let mut next = |m: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % m
-            };
+            let mut next = draws(seed);
             // Per request: its size and its free, (steps on, clock).
             let shape: Vec<(u64, u64, u32)> = (0..n)
                 .map(|k| {
