@@ -372,8 +372,9 @@ fn solve_at(
     // Best fit in start order on the whole, where the copies' gate already
     // placed it (the same first placement `solve_whole` would compute).
     let mut first = None;
+    let mut is_copies = false;
     let stacked = if strategy.kind == StrategyKind::Auto && depth < MAX_DEPTH {
-        stacked_copies(items, strategy, start, depth, &mut first)
+        stacked_copies(items, strategy, start, depth, &mut first, &mut is_copies)
     } else {
         None
     };
@@ -401,6 +402,7 @@ fn solve_at(
     let seeds = Seeds {
         stacked,
         start_fit: first,
+        copies: is_copies,
     };
     solve_whole(items, strategy, start, target, polish, depth > 0, seeds)
 }
@@ -413,6 +415,10 @@ struct Seeds {
     /// Best fit in start order on the whole instance, computed by the
     /// copies' gate: reused instead of placed again.
     start_fit: Option<Vec<usize>>,
+    /// Whether the instance is overlapping copies of one base: the hot
+    /// buffers of several thresholds are then placed first in turn
+    /// (`hot.rs`).
+    copies: bool,
 }
 
 /// Above this many pairs of buffers of different copies alive together,
@@ -436,6 +442,7 @@ fn stacked_copies(
     start: Instant,
     depth: u32,
     start_fit: &mut Option<Vec<usize>>,
+    is_copies: &mut bool,
 ) -> Option<Vec<usize>> {
     if items.len() > STACK_BUFFERS_MAX {
         return None;
@@ -444,6 +451,7 @@ fn stacked_copies(
     if found.alive(items) < 2 {
         return None;
     }
+    *is_copies = depth == 0;
     // The stack buffer by buffer compares every pair of buffers of
     // different copies alive together; above the budget only the lanes
     // and the stack by edges (O(n log n), no pairs) are tried: copies of
@@ -901,7 +909,7 @@ fn solve_whole(
             // (`levels.rs`), around the buffers of the busiest times placed
             // first by the rounds when they are few enough (`hot.rs`).
             if placed_height > goal && deadline.is_none_or(|d| Instant::now() < d) {
-                let layered = hot_levels(items, bound, deadline, round_pairs)
+                let layered = hot_levels(items, bound, deadline, round_pairs, seeds.copies)
                     .unwrap_or_else(|| levels_best_fit(items));
                 let h = height(items, &layered);
                 if h < placed_height {
@@ -1149,7 +1157,7 @@ mod tests {
         // take wall time from it, and a 60 s cap once left the base's
         // search a few seconds (a CI run with other work on the machine).
         let strategy = Strategy::default().with_time_limit(Duration::from_secs(600));
-        let offsets = stacked_copies(&items, &strategy, Instant::now(), 0, &mut None)
+        let offsets = stacked_copies(&items, &strategy, Instant::now(), 0, &mut None, &mut false)
             .expect("copies above 2^17 buffers are stacked");
         validate(&items, &offsets, None).unwrap();
         assert!(height(&items, &offsets) <= 2 * lower_bound(&one));
