@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::components::components;
 use super::copies;
 use super::decompose::{exact_pieces, near_split, repeats, set_bases};
-use super::hot::hot_levels;
+use super::hot::hot_levels_tried;
 use super::levels::levels_best_fit;
 use super::lookahead::best_lookahead;
 use super::periodic;
@@ -895,6 +895,7 @@ fn solve_whole(
         // the repair lowers what they leave.
         let pairs = round_pairs(items);
         let rounds_affordable = pairs <= ROUND_PAIRS_MAX;
+        let mut second = None;
         if !rounds_affordable && !all_orders {
             // More first placements at the sweep's cost: best fit in
             // start order with long lifetimes started a little earlier
@@ -909,12 +910,14 @@ fn solve_whole(
             // (`levels.rs`), around the buffers of the busiest times placed
             // first by the rounds when they are few enough (`hot.rs`).
             if placed_height > goal && deadline.is_none_or(|d| Instant::now() < d) {
-                let layered = hot_levels(items, bound, deadline, round_pairs, seeds.copies)
-                    .unwrap_or_else(|| levels_best_fit(items));
+                let (layered, other) =
+                    hot_levels_tried(items, bound, deadline, round_pairs, seeds.copies)
+                        .unwrap_or_else(|| (levels_best_fit(items), None));
                 let h = height(items, &layered);
                 if h < placed_height {
                     (offsets, placed_height, placer) = (layered, h, None);
                 }
+                second = other;
             }
         }
         if rounds_affordable {
@@ -922,7 +925,33 @@ fn solve_whole(
             (offsets, placed_height, placer, rounds) =
                 (out.offsets, out.height, out.placer, out.rounds);
         }
-        if placed_height > goal && !all_orders {
+        // Overlapping copies may have a second start (the hot buffers of
+        // another threshold placed first, `hot.rs`): repaired first, with
+        // half of the time left; the usual start then gets the rest unless
+        // the second reached the goal, and the lower is kept.
+        if placed_height > goal
+            && !all_orders
+            && let Some(mut other) = second.take()
+        {
+            let half = deadline.map(|d| {
+                let now = Instant::now();
+                now + d.saturating_duration_since(now) / 2
+            });
+            repair(items, &mut other, goal, half);
+            let h = height(items, &other);
+            if h <= goal {
+                (offsets, placed_height, placer) = (other, h, None);
+            } else {
+                let fixed = repair(items, &mut offsets, goal, deadline);
+                if fixed.improved > 0 {
+                    placed_height = height(items, &offsets);
+                    placer = None;
+                }
+                if h < placed_height {
+                    (offsets, placed_height, placer) = (other, h, None);
+                }
+            }
+        } else if placed_height > goal && !all_orders {
             let fixed = repair(items, &mut offsets, goal, deadline);
             if fixed.improved > 0 {
                 placed_height = height(items, &offsets);
