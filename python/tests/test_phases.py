@@ -105,13 +105,16 @@ def test_eval_passes_are_served_with_identical_losses(env, tmp_path, style):
     assert planned["digest"] == base["digest"]
     s = planned["stats"]
     assert s["phase"] == "serving"
-    # The first eval pass (step 5) is new to the plan made from steps 2
+    # The first eval pass (step 4) is new to the plan made from steps 2
     # and 3: its requests miss and drag the eval phase's cursor through the
-    # optimizer's sites of that step; the step re-plans, and from then on
-    # every request, eval passes included, is served from the plan.
+    # optimizer's sites of that step. A re-plan waits for a second missing
+    # step (`replan_miss_steps` 2, counted since the last re-plan): the
+    # second eval pass (step 8) misses too and re-plans, and from then on
+    # every request, eval passes included, is served from the plan (97.8%
+    # of the run's requests; 98.x% when the first miss re-planned).
     assert s["replans"] <= 3, s
-    assert s["served_share"] >= 0.98, s
-    (asked0, served0), (asked1, served1) = planned["per_step"][5], planned["per_step"][-1]
+    assert s["served_share"] >= 0.97, s
+    (asked0, served0), (asked1, served1) = planned["per_step"][8], planned["per_step"][-1]
     assert asked1 - asked0 > 30 * 100
     assert served1 - served0 == asked1 - asked0, planned["per_step"]
     assert s["errors"] == {k: 0 for k in s["errors"]}, s["errors"]

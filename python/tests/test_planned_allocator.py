@@ -151,10 +151,11 @@ def test_random_lengths_then_a_longer_step_replans_once_and_hits_again(env, tmp_
     # placed by each recorded step's own sizes (issue 38) leave no neighbour's headroom: the
     # first step longer than the recorded ones (step 9, length 64) misses 217 requests instead
     # of 75, the rest of the range none, 98.19% of it served (99.4% with the merged placement);
-    # its peak is 27.1 MiB instead of 29.0.
+    # its peak is 27.1 MiB instead of 29.0. With a re-plan after two missing steps and offsets
+    # by step parity (session 6 of 2026-12-06) 96.1%: a one-off longer step is waited out.
     assert len(in_range) >= n // 2, [s["phase"] for s in per_step]
     share = sum(served[i] for i in in_range) / sum(asked[i] for i in in_range)
-    assert share >= 0.975, f"{share:.4f} of the random-length steps served from the plan"
+    assert share >= 0.95, f"{share:.4f} of the random-length steps served from the plan"
     replans_before = per_step[n - 1]["replans"]
     # The first step longer than any recorded one: served (the loss is there), with misses.
     first = n
