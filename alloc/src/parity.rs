@@ -40,19 +40,22 @@ pub struct Life {
     pub size: u64,
 }
 
-/// The (site, parity) nodes of `lives` placed on the circle of two steps,
-/// clear of the `held` extents (bytes blocks kept past their step hold in
-/// every step): per site its `[even, odd]` offsets and the height, placed
-/// in the order of `priority` (one value per site; lower first, ties
-/// larger first), or `None` when the conflicts are more than
-/// [`EDGES_MAX`].
+/// The conflicts of the (site, parity) nodes: node `2i + p` is site `i` in
+/// steps of parity `p`; built once, placed in several orders.
+pub struct Conflicts(Vec<Vec<u32>>);
+
+/// The (site, parity) nodes of `lives` placed on the circle of two steps
+/// by their `conflicts`, clear of the `held` extents (bytes blocks kept
+/// past their step hold in every step): per site its `[even, odd]` offsets
+/// and the height, placed in the order of `priority` (one value per site;
+/// lower first, ties larger first).
 pub fn place(
     lives: &[Life],
-    n: usize,
+    conflicts: &Conflicts,
     priority: &[u64],
     held: &[(u64, u64)],
-) -> Option<(Vec<[u64; 2]>, u64)> {
-    let adj = conflicts(lives, n)?;
+) -> (Vec<[u64; 2]>, u64) {
+    let adj = &conflicts.0;
     let size = |v: usize| lives[v / 2].size;
     let mut order: Vec<usize> = (0..2 * lives.len()).filter(|&v| size(v) > 0).collect();
     order.sort_unstable_by_key(|&v| (priority[v / 2], std::cmp::Reverse(size(v)), v));
@@ -86,13 +89,13 @@ pub fn place(
     let pairs = (0..lives.len())
         .map(|i| [offsets[2 * i], offsets[2 * i + 1]])
         .collect();
-    Some((pairs, height))
+    (pairs, height)
 }
 
-/// Conflicts of the (site, parity) nodes (node `2i + p` is site `i` in
-/// steps of parity `p`) on the circle of `2n` positions, by a sweep over
-/// their pieces (a lifetime past the circle's end wraps to its start).
-fn conflicts(lives: &[Life], n: usize) -> Option<Vec<Vec<u32>>> {
+/// Conflicts of the (site, parity) nodes of `lives` on the circle of `2n`
+/// positions, by a sweep over their pieces (a lifetime past the circle's
+/// end wraps to its start); `None` when they are more than [`EDGES_MAX`].
+pub fn conflicts(lives: &[Life], n: usize) -> Option<Conflicts> {
     let len = 2 * n;
     let nodes = 2 * lives.len();
     u32::try_from(nodes).ok()?;
@@ -132,7 +135,7 @@ fn conflicts(lives: &[Life], n: usize) -> Option<Vec<Vec<u32>>> {
         }
         active.push((b, v));
     }
-    Some(adj)
+    Some(Conflicts(adj))
 }
 
 #[cfg(test)]
@@ -152,7 +155,8 @@ mod tests {
 
     fn check(lives: &[Life], n: usize) {
         let prio: Vec<u64> = (0..lives.len() as u64).collect();
-        let (offsets, height) = place(lives, n, &prio, &[]).expect("small");
+        let edges = conflicts(lives, n).expect("small");
+        let (offsets, height) = place(lives, &edges, &prio, &[]);
         for u in 0..2 * lives.len() {
             for v in u + 1..2 * lives.len() {
                 let (su, sv) = (lives[u / 2].size, lives[v / 2].size);
@@ -194,7 +198,8 @@ mod tests {
             },
         ];
         check(&lives, 4);
-        let (_, height) = place(&lives, 4, &[0, 1], &[]).unwrap();
+        let edges = conflicts(&lives, 4).unwrap();
+        let (_, height) = place(&lives, &edges, &[0, 1], &[]);
         assert_eq!(height, 200);
     }
 

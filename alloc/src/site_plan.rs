@@ -574,9 +574,10 @@ fn by_parity(
         .collect();
     let by_offset: Vec<u64> = sites.iter().map(|s| s.offset).collect();
     let by_size: Vec<u64> = sites.iter().map(|s| u64::MAX - s.slot).collect();
+    let conflicts = parity::conflicts(&lives, n)?;
     let best = [by_offset, by_size]
         .iter()
-        .filter_map(|priority| parity::place(&lives, n, priority, held))
+        .map(|priority| parity::place(&lives, &conflicts, priority, held))
         .min_by_key(|&(_, h)| h)?;
     if best.1 >= height {
         return None;

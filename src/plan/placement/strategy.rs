@@ -933,33 +933,32 @@ fn solve_whole(
         // half a span apart reaches 1.0001x in 0.12 s of the rest); the
         // usual start then gets the rest unless the second reached the
         // goal, and the lower is kept.
-        if placed_height > goal
-            && !all_orders
-            && let Some(mut other) = second.take()
-        {
-            let half = deadline.map(|d| {
-                let now = Instant::now();
-                now + d.saturating_duration_since(now) * 3 / 4
-            });
-            repair(items, &mut other, goal, half);
-            let h = height(items, &other);
-            if h <= goal {
-                (offsets, placed_height, placer) = (other, h, None);
-            } else {
+        if placed_height > goal && !all_orders {
+            let mut repaired_second = None;
+            if let Some(mut other) = second.take() {
+                let until = deadline.map(|d| {
+                    let now = Instant::now();
+                    now + d.saturating_duration_since(now) * 3 / 4
+                });
+                repair(items, &mut other, goal, until);
+                let h = height(items, &other);
+                if h <= goal {
+                    (offsets, placed_height, placer) = (other, h, None);
+                } else {
+                    repaired_second = Some((h, other));
+                }
+            }
+            if placed_height > goal {
                 let fixed = repair(items, &mut offsets, goal, deadline);
                 if fixed.improved > 0 {
                     placed_height = height(items, &offsets);
                     placer = None;
                 }
-                if h < placed_height {
-                    (offsets, placed_height, placer) = (other, h, None);
-                }
             }
-        } else if placed_height > goal && !all_orders {
-            let fixed = repair(items, &mut offsets, goal, deadline);
-            if fixed.improved > 0 {
-                placed_height = height(items, &offsets);
-                placer = None;
+            if let Some((h, other)) = repaired_second
+                && h < placed_height
+            {
+                (offsets, placed_height, placer) = (other, h, None);
             }
         }
         // Between 2^32 and 2^34 pairs the windows go first and the rounds
