@@ -154,6 +154,27 @@ fn a_shape_first_seen_while_the_planner_runs_is_merged_before_the_swap() {
 }
 
 #[test]
+fn a_plan_made_again_after_a_stale_one_keeps_its_basis() {
+    // Generated loop-6-006 (attention, bucketed lengths, an eval pass every
+    // 10 steps, 150 steps). Its re-plans are made on the planner's thread;
+    // at step 121 the one made during the step would have missed it
+    // (stale) and was made again. That second plan took the recent steps
+    // alone (the first had taken the basis, the steps the serving plan was
+    // made from): the eval passes and larger buckets were forgotten, a
+    // smaller slab went in, and the next eval pass missed past the run's
+    // peak (1.247x the live lower bound). Made from the basis as well, as
+    // a plan at the boundary is: 1.022x.
+    let p = support::replay_default(&support::generated("loop-6-006"));
+    assert_eq!(p.stats.phase, "serving");
+    assert!(
+        p.peak_reserved_bytes * 100 <= p.live_lower_bound_bytes * 110,
+        "peak {} for a live lower bound of {}",
+        p.peak_reserved_bytes,
+        p.live_lower_bound_bytes
+    );
+}
+
+#[test]
 fn a_served_step_folds_in_by_its_anchors() {
     // A fixed loop, then steps with two requests inserted: the re-plan
     // folds the served steps in by the sites serving gave them and serves
