@@ -76,6 +76,13 @@ impl Loop {
     }
 
     fn build(steps: u64) -> Vec<TraceEvent> {
+        Self::build_with(steps, None)
+    }
+
+    /// As [`Loop::build`]; with `marker`, every stretch of phase eval (the
+    /// eval pass and the optimizer's step) starts with a block of that
+    /// size, freed at the stretch's end (a scalar both make first).
+    fn build_with(steps: u64, marker: Option<usize>) -> Vec<TraceEvent> {
         let mut l = Loop {
             events: Vec::new(),
             next: 0,
@@ -88,8 +95,12 @@ impl Loop {
             l.events.push(TraceEvent::StepBegin);
             if step > 1 && (step - 1) % EVAL_EVERY == 0 {
                 l.phase(RequestPhase::Eval);
+                let m = marker.map(|size| l.alloc(size));
                 l.eval_forward();
                 l.eval_forward();
+                if let Some(m) = m {
+                    l.free(m);
+                }
                 l.phase(RequestPhase::Train);
             }
             // zero_grad(set_to_none=True)
@@ -114,12 +125,16 @@ impl Loop {
             }
             // optimizer.step() under no_grad: state made once, temporaries.
             l.phase(RequestPhase::Eval);
+            let m = marker.map(|size| l.alloc(size));
             if state.is_empty() {
                 state = PARAMS.iter().map(|&s| l.alloc(s)).collect();
             }
             for &p in &PARAMS {
                 let t = l.alloc(p);
                 l.free(t);
+            }
+            if let Some(m) = m {
+                l.free(m);
             }
             l.phase(RequestPhase::Train);
             l.events.push(TraceEvent::StepEnd);
@@ -171,6 +186,25 @@ fn eval_passes_are_served_from_sites_of_their_own() {
     assert_eq!(
         plan.sequences[0].len() + plan.sequences[1].len(),
         plan.sites.len()
+    );
+}
+
+#[test]
+fn an_eval_pass_that_starts_as_the_optimizer_step_does_is_served() {
+    // Both stretches of phase eval start with an 8-byte block: the first
+    // request of the eval pass fits the entry site (where most steps, the
+    // optimizer's, start) as well as the eval pass's own first site. The
+    // entry is taken and the second request, which fits only after the
+    // other, moves the cursor there. Without that, every eval pass was
+    // unmatched from its second request on (the allocator suite's
+    // `lightning_trainer`: 87.3% served, 99.75% with it).
+    let events = Loop::build_with(60, Some(8));
+    let p = replay::replay(&events, &quiet()).unwrap();
+    assert!(
+        p.served_share.is_some_and(|x| x >= 0.99),
+        "served {:?}: {:?}",
+        p.served_share,
+        p.misses
     );
 }
 
