@@ -159,16 +159,22 @@ fn decisions(s: &Stats) -> Stats {
     }
 }
 
-#[test]
-fn eval_passes_are_served_from_sites_of_their_own() {
-    let events = Loop::build(60);
-    let p = replay::replay(&events, &quiet()).unwrap();
+/// `events` replayed (quietly): at least 99% of the serving steps'
+/// requests served from the plan.
+fn served_at_least_99(events: &[TraceEvent]) -> replay::Prediction {
+    let p = replay::replay(events, &quiet()).unwrap();
     assert!(
         p.served_share.is_some_and(|x| x >= 0.99),
         "served {:?}: {:?}",
         p.served_share,
         p.misses
     );
+    p
+}
+
+#[test]
+fn eval_passes_are_served_from_sites_of_their_own() {
+    let p = served_at_least_99(&Loop::build(60));
     assert!(p.replans <= 3, "{} re-plans", p.replans);
     let plan = p.plan.as_ref().unwrap();
     // The two eval passes have sites of their own (beside the optimizer's
@@ -198,14 +204,7 @@ fn an_eval_pass_that_starts_as_the_optimizer_step_does_is_served() {
     // other, moves the cursor there. Without that, every eval pass was
     // unmatched from its second request on (the allocator suite's
     // `lightning_trainer`: 87.3% served, 99.75% with it).
-    let events = Loop::build_with(60, Some(8));
-    let p = replay::replay(&events, &quiet()).unwrap();
-    assert!(
-        p.served_share.is_some_and(|x| x >= 0.99),
-        "served {:?}: {:?}",
-        p.served_share,
-        p.misses
-    );
+    served_at_least_99(&Loop::build_with(60, Some(8)));
 }
 
 #[test]
