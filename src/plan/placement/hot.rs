@@ -33,7 +33,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::levels::levels_around;
+use super::levels::{levels_around, levels_best_fit};
 use super::{Interval, Strategy, height, solve};
 
 /// Hot times: the bytes alive there are at least this many thousandths of
@@ -47,11 +47,11 @@ use super::{Interval, Strategy, height, solve};
 /// (1.043x, 1.053x).
 pub(super) const HOT: usize = 930;
 
-/// The hot buffers are placed only when one round over them compares at
-/// most this many pairs (an eighth of what the default's rounds take on:
-/// about 46,000 buffers in one piece; 30,000 take about 0.12 s a round,
-/// 50,000 0.4 s, on a 2-core machine); above, none is placed first and
-/// this is the plain class sweep. Ten or sixteen copies of Y_1
+/// The hot buffers go to the rounds only when one round over them compares
+/// at most this many pairs (an eighth of what the default's rounds take
+/// on: about 46,000 buffers in one piece; 30,000 take about 0.12 s a
+/// round, 50,000 0.4 s, on a 2-core machine); above, none goes to the
+/// rounds and the hot buffers are only swept first (see [`around`]). Ten or sixteen copies of Y_1
 /// overlapping in time have 62,000-104,000 hot buffers in one piece (4e9
 /// to 1.1e10 pairs): with 2^34 allowed, the rounds took their share of
 /// the time and lowered none of them (shift 0.5 1.0069x in 6.7 s instead
@@ -79,8 +79,11 @@ fn hot_levels(
     hot_levels_tried(items, bound, deadline, round_pairs, false).map(|(first, _)| first)
 }
 
-/// [`hot_levels`], and with `more` (overlapping copies of one instance,
-/// `copies.rs`; not where the hot buffers are crowded) the hot buffers of
+/// [`hot_levels`] (where the hot buffers are too many for the rounds,
+/// the plain class sweep, and beside it the hot buffers swept first where
+/// that is lower: see [`around`]), and with `more` (overlapping copies of
+/// one instance, `copies.rs`; not where the hot buffers are crowded) the
+/// hot buffers of
 /// the other thresholds of [`HOT_TRIED`] placed first in turn as well, in
 /// the time [`HOT_TRIES_SHARE`] leaves: the lowest of those comes back
 /// beside the first where it is lower. It is a second start for the
@@ -104,6 +107,14 @@ pub(super) fn hot_levels_tried(
         None => Duration::MAX,
     };
     let share = left.checked_mul(HOT_SHARE).map_or(left, |t| t / 10);
+    if hot.is_empty() {
+        // Too many for the rounds: the plain class sweep, as before, and
+        // the hot buffers swept first as a second start where lower.
+        let plain = levels_best_fit(items);
+        let swept = around(items, &hot, &sub, tier.as_deref(), share)?;
+        let lower = height(items, &swept) < height(items, &plain);
+        return Some((plain, lower.then_some(swept)));
+    }
     let first = around(items, &hot, &sub, tier.as_deref(), share)?;
     if !more || crowded {
         return Some((first, None));
@@ -146,6 +157,16 @@ pub(super) fn hot_levels_tried(
 /// repaired 1.041x (2-vCPU shared VM, 2026-12-06). Sweeping the sets of
 /// each threshold in turn (0.97, 0.95, 0.93) gave the same 1.041x; going
 /// on to 0.92 or 0.90 1.068-1.082x.
+///
+/// Where the hot buffers are too many for the rounds ([`HOT_PAIRS_MAX`]),
+/// `hot` is empty and the tier is only swept first, a second start beside
+/// the plain class sweep ([`hot_levels_tried`]): twenty copies of S_1 0.4
+/// of a span apart (68,453 hot buffers) were swept 1.135x with the rest
+/// and the windows left them 1.134x; swept first, 1.091x, repaired 1.012x.
+/// Sweeping the sets of 0.99, 0.98, 0.97, 0.95 and 0.93 in turn: 1.073x.
+/// Taken as the only start it made copies of recorded traces worse
+/// (resnet_multiscale x7 shift 0.5 1.0036x -> 1.048x, fsdp2_checkpoint
+/// x18 shift 0.25 1.028x -> 1.072x): a lower sweep need not repair lower.
 fn around(
     items: &[Interval],
     hot: &[usize],
@@ -153,12 +174,14 @@ fn around(
     tier: Option<&[usize]>,
     share: Duration,
 ) -> Option<Vec<usize>> {
-    let solution = solve(sub, &Strategy::auto().with_time_limit(share)).ok()?;
     let mut offsets = vec![0usize; items.len()];
     let mut placed = vec![false; items.len()];
-    for (&i, &o) in hot.iter().zip(&solution.offsets) {
-        offsets[i] = o;
-        placed[i] = true;
+    if !hot.is_empty() {
+        let solution = solve(sub, &Strategy::auto().with_time_limit(share)).ok()?;
+        for (&i, &o) in hot.iter().zip(&solution.offsets) {
+            offsets[i] = o;
+            placed[i] = true;
+        }
     }
     if let Some(tier) = tier {
         let tier_items: Vec<Interval> = tier.iter().map(|&i| items[i]).collect();
@@ -237,10 +260,11 @@ pub(super) const HOT_PAIRS_TARGET: u128 = 11 << 26;
 /// The hot buffers and their instance: at [`HOT`] where one round over
 /// them compares at most `crowded` pairs; between `crowded` and `max`, at
 /// the lowest threshold of [`HOT_HIGHER`] where at most `target` (at
-/// [`HOT`] where none is); `None` where none is hot or above `max`. The
-/// bytes alive per time are counted once; each higher threshold filters
-/// the hot buffers at [`HOT`]. Where they were crowded, the hot buffers at
-/// [`HOT`] come back as well (the tier [`around`] sweeps first).
+/// [`HOT`] where none is); above `max`, none (the rounds would take too
+/// long); `None` where none is hot. The bytes alive per time are counted
+/// once; each higher threshold filters the hot buffers at [`HOT`]. Where
+/// they were crowded or above `max`, the hot buffers at [`HOT`] come back
+/// as well (the tier [`around`] sweeps first).
 fn hot_set(
     heat: &Heat,
     items: &[Interval],
@@ -256,7 +280,7 @@ fn hot_set(
     let mut sub: Vec<Interval> = hot.iter().map(|&i| items[i]).collect();
     let pairs = round_pairs(&sub);
     if pairs > max {
-        return None;
+        return Some((Vec::new(), Vec::new(), Some(hot)));
     }
     if pairs <= crowded {
         return Some((hot, sub, None));
@@ -371,11 +395,13 @@ mod tests {
     }
 
     #[test]
-    fn none_hot_or_too_many_is_none() {
+    fn none_hot_or_no_time_is_none() {
         assert_eq!(hot_levels(&[], 0, None, pairs), None);
         let items: Vec<Interval> = (0..10).map(|k| iv(k, k + 2, 4)).collect();
         let bound = lower_bound(&items);
-        assert_eq!(hot_levels(&items, bound, None, |_| u128::MAX), None);
+        // Too many for the rounds: the hot buffers are only swept first.
+        let swept = hot_levels(&items, bound, None, |_| u128::MAX).unwrap();
+        validate(&items, &swept, None).unwrap();
         let past = Instant::now().checked_sub(Duration::from_secs(1));
         assert_eq!(hot_levels(&items, bound, past, pairs), None);
         let offsets = hot_levels(&items, bound, None, pairs).unwrap();
@@ -407,8 +433,11 @@ mod tests {
         assert_eq!(set((4, 2, 9)), Some(vec![0, 1]));
         // None of the higher thresholds reaches the target: 0.93's.
         assert_eq!(set((4, 1, 9)), Some(vec![0, 1, 2, 3, 4]));
-        // Above the most allowed: none, as before.
-        assert_eq!(set((2, 2, 4)), None);
+        // Above the most allowed: none goes to the rounds (all six are
+        // swept first, `around`).
+        assert_eq!(set((2, 2, 4)), Some(vec![]));
+        let (_, _, tier) = hot_set(&Heat::of(&items), &items, 100, &count, (2, 2, 4)).unwrap();
+        assert_eq!(tier, Some(vec![0, 1, 2, 3, 4]));
         // Each is a valid start for the class sweep.
         for limits in [(5, 3, 9), (4, 3, 9), (4, 2, 9)] {
             let (hot, sub, _) = hot_set(&Heat::of(&items), &items, 100, &count, limits).unwrap();
@@ -459,6 +488,33 @@ mod tests {
         validate(&items, &tiered, None).unwrap();
         assert_eq!(height(&items, &plain), 83);
         assert_eq!(height(&items, &tiered), bound);
+    }
+
+    #[test]
+    fn hot_buffers_too_many_for_the_rounds_are_swept_first() {
+        // Eight buffers (found by a scan of random instances, trial 1),
+        // taken as too many for the rounds: the class sweep of them all is
+        // 77 bytes high; the seven hot ones swept first, then the last,
+        // reach the bound (a second start beside the plain sweep).
+        let items = [
+            iv(8, 14, 1),
+            iv(6, 11, 20),
+            iv(8, 11, 12),
+            iv(6, 11, 17),
+            iv(0, 8, 14),
+            iv(10, 14, 13),
+            iv(10, 15, 8),
+            iv(10, 18, 4),
+        ];
+        let bound = lower_bound(&items);
+        assert_eq!(bound, 75);
+        assert_eq!(hot_buffers(&items, bound, HOT), vec![0, 1, 2, 3, 5, 6, 7]);
+        let (plain, swept) = hot_levels_tried(&items, bound, None, |_| u128::MAX, false).unwrap();
+        assert_eq!(plain, levels_best_fit(&items));
+        assert_eq!(height(&items, &plain), 77);
+        let swept = swept.expect("a lower second start");
+        validate(&items, &swept, None).unwrap();
+        assert_eq!(height(&items, &swept), bound);
     }
 
     #[test]
