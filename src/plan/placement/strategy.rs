@@ -908,7 +908,8 @@ fn solve_whole(
             }
             // And the sweep by classes of lifetime length, longest first
             // (`levels.rs`), around the buffers of the busiest times placed
-            // first by the rounds when they are few enough (`hot.rs`).
+            // first by the rounds when they are few enough, swept first
+            // when they are not (`hot.rs`).
             if placed_height > goal && deadline.is_none_or(|d| Instant::now() < d) {
                 let (layered, other) =
                     hot_levels_tried(items, bound, deadline, round_pairs, seeds.copies)
@@ -926,7 +927,9 @@ fn solve_whole(
                 (out.offsets, out.height, out.placer, out.rounds);
         }
         // Overlapping copies may have a second start (the hot buffers of
-        // another threshold placed first, `hot.rs`): repaired first, with
+        // another threshold placed first, `hot.rs`), and so may instances
+        // whose hot buffers are too many for the rounds (those swept
+        // first; twenty copies of S_1 0.4 of a span apart): repaired first, with
         // three quarters of the time left (with half, eight copies of S_1
         // a quarter span apart came out 1.010-1.051x from run to run under
         // load, with three quarters 1.010x; the usual start of four copies
