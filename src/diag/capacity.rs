@@ -9,7 +9,10 @@
 //!
 //! 1. upward from the first capacity that could work at all (the peak of
 //!    allocated bytes, rounded up: below it the live blocks do not fit),
-//!    until one survives: the smallest surviving capacity;
+//!    until one survives: the smallest surviving capacity (with expandable
+//!    segments it can lie above the unlimited run's reserved peak: a
+//!    segment's address space is 1 1/8 of the capacity, and a capped run
+//!    that exhausts it opens a second segment);
 //! 2. over a window above it (at least [`DEFAULT_WINDOW`]), recording
 //!    every capacity that still runs out of memory; the window grows while
 //!    its top fails;
@@ -194,22 +197,35 @@ impl<'t> Replayer<'t> {
         let mut replays = 0;
         let mut min_capacity = surely;
         let mut at = lower_limit;
-        // `surely` itself is replayed too (expandable segments size their
-        // address space from the capacity, so even there the run can
-        // differ from the unlimited one).
-        'search: while at <= surely {
-            let caps: Vec<u64> = (0..batch)
-                .map(|k| at + k * CAPACITY_STEP)
-                .take_while(|&c| c <= surely)
-                .collect();
-            replays += caps.len();
-            for (&c, ok) in caps.iter().zip(self.fits_all(&caps)) {
-                if ok {
-                    min_capacity = c;
-                    break 'search;
+        // `surely` itself is replayed too: expandable segments size their
+        // address space from the capacity (1 1/8 of it), so a capped run
+        // can run out of address space, open a second segment and need
+        // more pages than the unlimited run ever held. Where even `surely`
+        // fails, the search goes on above it, up to `ceiling` (a random
+        // trace of 28 allocations, expandable segments: unlimited peak 122
+        // MiB, every capacity up to 124 MiB out of memory, 126 MiB the
+        // least; the scan used to report 122 MiB).
+        let ceiling = surely.saturating_mul(2).max(surely.saturating_add(1 << 30));
+        let mut top = surely;
+        'search: loop {
+            while at <= top {
+                let caps: Vec<u64> = (0..batch)
+                    .map(|k| at + k * CAPACITY_STEP)
+                    .take_while(|&c| c <= top)
+                    .collect();
+                replays += caps.len();
+                for (&c, ok) in caps.iter().zip(self.fits_all(&caps)) {
+                    if ok {
+                        min_capacity = c;
+                        break 'search;
+                    }
                 }
+                at += caps.len() as u64 * CAPACITY_STEP;
             }
-            at += caps.len() as u64 * CAPACITY_STEP;
+            if top >= ceiling {
+                break;
+            }
+            top = ceiling;
         }
         let window = step_up(window.max(CAPACITY_STEP));
         let mut oom_above_min = Vec::new();
