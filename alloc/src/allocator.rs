@@ -1276,23 +1276,22 @@ impl PlannedAllocator {
     /// below what the steps it served needed: a loop whose shapes come from
     /// a set keeps them all.
     fn replan(&mut self, started: std::time::Instant) {
-        let recent: Vec<StepRecord> = self
+        let recent: Vec<&StepRecord> = self
             .records
             .last(self.config.recent_steps as usize)
-            .cloned()
             .collect();
         let mut steps: Vec<StepRecord> = Vec::with_capacity(MAX_PLAN_STEPS);
         // The recent steps first, newest first, then the basis by bytes.
-        for rec in recent.iter().rev() {
+        for &rec in recent.iter().rev() {
             if steps.len() < MAX_PLAN_STEPS {
                 steps.push(rec.clone());
             }
         }
-        // Cloned, not taken: a plan made on the planner's thread that is
+        // Read, not taken: a plan made on the planner's thread that is
         // stale at the next boundary is made again from the basis too (a
         // plan of the recent steps alone forgot the eval passes and larger
         // steps the basis held: generated `loop-6-006` 1.247x -> 1.022x).
-        let mut basis = self.basis.clone();
+        let mut basis: Vec<&StepRecord> = self.basis.iter().collect();
         basis.sort_by_key(|r| std::cmp::Reverse(step_bytes(r)));
         for rec in basis {
             if steps.len() >= MAX_PLAN_STEPS {
@@ -1300,9 +1299,9 @@ impl PlannedAllocator {
             }
             if !steps
                 .iter()
-                .any(|r| r.step == rec.step || same_requests(r, &rec))
+                .any(|r| r.step == rec.step || same_requests(r, rec))
             {
-                steps.push(rec);
+                steps.push(rec.clone());
             }
         }
         steps.sort_by_key(|r| r.step);

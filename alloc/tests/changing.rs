@@ -166,12 +166,7 @@ fn a_plan_made_again_after_a_stale_one_keeps_its_basis() {
     // a plan at the boundary is: 1.022x.
     let p = support::replay_default(&support::generated("loop-6-006"));
     assert_eq!(p.stats.phase, "serving");
-    assert!(
-        p.peak_reserved_bytes * 100 <= p.live_lower_bound_bytes * 110,
-        "peak {} for a live lower bound of {}",
-        p.peak_reserved_bytes,
-        p.live_lower_bound_bytes
-    );
+    support::assert_peak_within(&p, 110);
 }
 
 #[test]

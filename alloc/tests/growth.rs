@@ -182,10 +182,5 @@ fn steps_of_random_shapes_are_placed_from_the_busiest_steps_own_packing() {
     let events = support::loops::read_gz(&path);
     let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
     assert_eq!(p.stats.errors.double_free + p.stats.errors.unknown_free, 0);
-    assert!(
-        p.peak_reserved_bytes * 100 <= p.live_lower_bound_bytes * 115,
-        "peak {} for a live lower bound of {}",
-        p.peak_reserved_bytes,
-        p.live_lower_bound_bytes
-    );
+    support::assert_peak_within(&p, 115);
 }

@@ -206,26 +206,19 @@ impl<'t> Replayer<'t> {
         // MiB, every capacity up to 124 MiB out of memory, 126 MiB the
         // least; the scan used to report 122 MiB).
         let ceiling = surely.saturating_mul(2).max(surely.saturating_add(1 << 30));
-        let mut top = surely;
-        'search: loop {
-            while at <= top {
-                let caps: Vec<u64> = (0..batch)
-                    .map(|k| at + k * CAPACITY_STEP)
-                    .take_while(|&c| c <= top)
-                    .collect();
-                replays += caps.len();
-                for (&c, ok) in caps.iter().zip(self.fits_all(&caps)) {
-                    if ok {
-                        min_capacity = c;
-                        break 'search;
-                    }
+        'search: while at <= ceiling {
+            let caps: Vec<u64> = (0..batch)
+                .map(|k| at + k * CAPACITY_STEP)
+                .take_while(|&c| c <= ceiling)
+                .collect();
+            replays += caps.len();
+            for (&c, ok) in caps.iter().zip(self.fits_all(&caps)) {
+                if ok {
+                    min_capacity = c;
+                    break 'search;
                 }
-                at += caps.len() as u64 * CAPACITY_STEP;
             }
-            if top >= ceiling {
-                break;
-            }
-            top = ceiling;
+            at += caps.len() as u64 * CAPACITY_STEP;
         }
         let window = step_up(window.max(CAPACITY_STEP));
         let mut oom_above_min = Vec::new();

@@ -69,6 +69,17 @@ pub fn replay_with(path: &std::path::Path, policy: Config) -> Prediction {
     p
 }
 
+/// Asserts that the replay's whole-run peak reserved is at most `percent`
+/// percent of its live lower bound.
+pub fn assert_peak_within(p: &Prediction, percent: u64) {
+    assert!(
+        p.peak_reserved_bytes * 100 <= p.live_lower_bound_bytes * percent,
+        "peak {} for a live lower bound of {} (at most {percent}%)",
+        p.peak_reserved_bytes,
+        p.live_lower_bound_bytes
+    );
+}
+
 /// A generated loop's trace kept in `tests/data/generated/` (see its
 /// README).
 pub fn generated(name: &str) -> std::path::PathBuf {
