@@ -1036,6 +1036,15 @@ impl PlannedAllocator {
 
     /// The counters, as the stats JSON reports them.
     pub fn stats(&self) -> Stats {
+        // The trace file holds every event these figures count: the lines
+        // of a step still open (the requests after the last optimizer
+        // step: a script's saving and logging) are flushed with them, so a
+        // replay of the file reproduces the peak the stats give (generated
+        // `loop-9-033`: three requests of the open step mapped one page
+        // more than its trace, flushed at step ends only, showed).
+        if let Some(t) = &self.trace {
+            t.flush();
+        }
         let models = self.comparison.figures();
         let c = &self.counters;
         let (slab_bytes, lower_bound, sites) = self.slab.as_ref().map_or((0, 0, 0), |s| {

@@ -96,6 +96,58 @@ fn a_trace_written_by_the_allocator_replays_to_the_live_figures() {
     assert_eq!(segment_peak, live_stats.peak_reserved_bytes);
 }
 
+/// A script's requests after its last training step (saving, logging)
+/// are in a step still open when the stats are read: the stats flush the
+/// trace, so that the file, read before the allocator is dropped (a
+/// process's global allocator never is), holds them and gives the peak the
+/// stats give (generated `loop-9-033`: one page short).
+#[test]
+fn the_stats_flush_the_trace_of_a_step_still_open() {
+    let mut events = trace::parse(GPT2_TRACE).unwrap();
+    // The open step: a request larger than any the run made, so it raises
+    // the peak.
+    let largest = events
+        .iter()
+        .filter_map(|e| match e {
+            TraceEvent::Alloc { size, .. } => Some(*size),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    events.push(TraceEvent::StepBegin);
+    events.push(TraceEvent::Alloc {
+        addr: 1 << 40,
+        size: 2 * largest,
+        stream: 0,
+    });
+    let dir = std::env::temp_dir().join(format!("ta-open-step-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.csv");
+    let json = format!(
+        r#"{{"backend": "cpu", "log_errors": false, "trace": "{}"}}"#,
+        path.display()
+    );
+    let mut live = PlannedAllocator::new(Config::from_json(&json).unwrap()).unwrap();
+    replay::drive(&mut live, &events).unwrap();
+    let live_stats = live.stats();
+    // Read while the allocator lives.
+    let written = trace::read(&path).unwrap();
+    drop(live);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let opened = written
+        .iter()
+        .rposition(|e| matches!(e, TraceEvent::StepBegin))
+        .unwrap();
+    assert!(
+        written[opened..]
+            .iter()
+            .any(|e| matches!(e, TraceEvent::Alloc { size, .. } if *size == 2 * largest)),
+        "the open step's request is not in the file"
+    );
+    let (_, segment_peak) = trace::reserved_from_segments(&written).unwrap();
+    assert_eq!(segment_peak, live_stats.peak_reserved_bytes);
+}
+
 #[test]
 fn a_step_out_of_order_in_a_hand_made_list_is_an_error() {
     let e = replay::replay(&[TraceEvent::StepEnd], &ReplayConfig::default()).unwrap_err();
