@@ -104,6 +104,38 @@ struct Step {
     /// two or more steps before (kept past their planned lifetime: they
     /// pin bytes the plan's sites need).
     pinned_old: u64,
+    /// Requests of a serving step, and those served from the plan.
+    requests_serving: u64,
+    served: u64,
+    /// No earlier step made the same number of requests with every size
+    /// at most this step's at the same place ([`Novelty`]).
+    novel: bool,
+}
+
+/// Steps' request sizes in order, to tell a step that repeats an earlier
+/// one (the same count of requests, each at most the earlier one's size
+/// at its place: a plan made from that step could hold it) from a novel
+/// one (a new shape, a new data-dependent size, an eval pass seen for the
+/// first time), which no plan made from the steps before it can know.
+#[derive(Default)]
+struct Novelty {
+    seen: HashMap<usize, Vec<Vec<usize>>>,
+    current: Vec<usize>,
+}
+
+impl Novelty {
+    /// Ends the step: whether it was novel.
+    fn end_step(&mut self) -> bool {
+        let step = std::mem::take(&mut self.current);
+        let earlier = self.seen.entry(step.len()).or_default();
+        let novel = !earlier
+            .iter()
+            .any(|e| e.iter().zip(&step).all(|(a, b)| b <= a));
+        if novel {
+            earlier.push(step);
+        }
+        novel
+    }
 }
 
 const CAUSES: [&str; 6] = [
@@ -151,6 +183,8 @@ fn run(events: &[TraceEvent], policy: &Config) -> (Vec<Step>, u64, u64) {
     let mut slab_seen = false;
     let mut max_live_before = 0u64;
     let mut peak_reserved = 0u64;
+    let mut novelty = Novelty::default();
+    let (mut served_at, mut serving_at) = (0u64, 0u64);
     for e in events {
         match *e {
             TraceEvent::StepBegin => {
@@ -180,6 +214,7 @@ fn run(events: &[TraceEvent], policy: &Config) -> (Vec<Step>, u64, u64) {
                 let _ = a.step_end();
             }
             TraceEvent::Alloc { addr, size, stream } => {
+                novelty.current.push(size);
                 let serving = a.phase() == Phase::Serving;
                 let got = a.alloc(size, 0, stream);
                 if let Some(p) = got {
@@ -236,6 +271,10 @@ fn run(events: &[TraceEvent], policy: &Config) -> (Vec<Step>, u64, u64) {
             }
             cur.take_over = a.slab().is_some() && !slab_seen;
             slab_seen |= a.slab().is_some();
+            cur.requests_serving = s.requests_after_warmup - serving_at;
+            cur.served = s.served_from_plan - served_at;
+            (serving_at, served_at) = (s.requests_after_warmup, s.served_from_plan);
+            cur.novel = novelty.end_step();
             cur.new_live_max = cur.live_peak > max_live_before;
             max_live_before = max_live_before.max(cur.live_peak);
             steps.push(std::mem::take(&mut cur));
@@ -308,6 +347,7 @@ fn main() {
     let every_step = std::env::var_os("TA_STEPS").is_some();
     // Per schedule: sums of the causes' bytes, of the bounds, loops.
     let mut by_schedule: Vec<(&'static str, [f64; 6], f64, usize)> = Vec::new();
+    let mut served_split = ServedSplit::default();
     println!(
         "| loop | schedule | planned/LB | peak step | its kind | worst new-live-max step reserved/live | take-over reserved / later peak | {} |",
         CAUSES.join(" | ")
@@ -380,6 +420,7 @@ fn main() {
                 .unwrap_or(0);
             steps[t].at_peak.reserved as f64 / later.max(1) as f64
         });
+        served_split.push(&steps);
         let lbf = lb.max(1) as f64;
         if std::env::var_os("TA_SPLIT").is_some()
             && let Some(s) = steps.get(i)
@@ -463,4 +504,79 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" | ")
     );
+    served_split.print();
+}
+
+/// Served from the plan, split by whether the step repeats an earlier one
+/// ([`Novelty`]), per loop and over the loops.
+#[derive(Default)]
+struct ServedSplit {
+    /// Per loop: the share of its serving requests made in novel steps.
+    novel_share: Vec<f64>,
+    /// Per loop with such steps: served share on repeated / novel steps.
+    on_repeated: Vec<f64>,
+    on_novel: Vec<f64>,
+    /// Requests not served, summed over the loops: in novel, repeated steps.
+    missed: (u64, u64),
+    /// Misses by reason in repeated steps, summed over the loops.
+    repeated_misses: Misses,
+}
+
+impl ServedSplit {
+    fn push(&mut self, steps: &[Step]) {
+        let (mut rn, mut sn, mut rr, mut sr) = (0u64, 0u64, 0u64, 0u64);
+        for s in steps {
+            if s.novel {
+                (rn, sn) = (rn + s.requests_serving, sn + s.served);
+            } else {
+                (rr, sr) = (rr + s.requests_serving, sr + s.served);
+                let m = &mut self.repeated_misses;
+                m.size += s.misses.size;
+                m.order += s.misses.order;
+                m.unmatched += s.misses.unmatched;
+                m.overlap += s.misses.overlap;
+                m.stream += s.misses.stream;
+            }
+        }
+        if rn + rr == 0 {
+            return;
+        }
+        self.novel_share.push(rn as f64 / (rn + rr) as f64);
+        if rr > 0 {
+            self.on_repeated.push(sr as f64 / rr as f64);
+        }
+        if rn > 0 {
+            self.on_novel.push(sn as f64 / rn as f64);
+        }
+        self.missed.0 += rn - sn;
+        self.missed.1 += rr - sr;
+    }
+
+    fn print(&self) {
+        let median = |v: &[f64]| -> f64 {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => f64::NAN,
+                n if n % 2 == 1 => v[n / 2],
+                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+            }
+        };
+        println!(
+            "\nserved from the plan by step kind (a step is novel when no earlier step made as many requests, each at least as large at its place): loops {}; serving requests in novel steps, median {:.1}% of a loop's; served on repeated steps, median {:.2}% ({} loops); on novel steps, median {:.2}% ({} loops); requests not served: {} in novel steps, {} in repeated steps (misses there: size {}, order {}, unmatched {}, overlap {}, stream {}; the rest blocks kept past their step, outside the plan by design)",
+            self.novel_share.len(),
+            100.0 * median(&self.novel_share),
+            100.0 * median(&self.on_repeated),
+            self.on_repeated.len(),
+            100.0 * median(&self.on_novel),
+            self.on_novel.len(),
+            self.missed.0,
+            self.missed.1,
+            self.repeated_misses.size,
+            self.repeated_misses.order,
+            self.repeated_misses.unmatched,
+            self.repeated_misses.overlap,
+            self.repeated_misses.stream,
+        );
+    }
 }
