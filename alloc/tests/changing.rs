@@ -378,3 +378,77 @@ fn steps_of_two_shapes_are_served_from_a_slab_that_holds_one_large_block() {
     );
     assert!(s.slab_bytes > 0 && s.slab_bytes < 2 * LARGE as u64, "{s:?}");
 }
+
+/// A step of `n` activations whose sizes come from `sizes` (a new draw
+/// per step when the caller wants shapes that never repeat), each with a
+/// temporary after it.
+fn step_sized(a: &mut PlannedAllocator, sizes: &[usize]) {
+    a.step_begin().unwrap();
+    let mut acts = Vec::new();
+    for &s in sizes {
+        acts.push(a.alloc(s, 0, 0).unwrap());
+        let t = a.alloc(s / 3 + 512, 0, 0).unwrap();
+        a.free(t);
+    }
+    for x in acts.into_iter().rev() {
+        a.free(x);
+    }
+    a.step_end().unwrap();
+}
+
+/// Sizes no step repeats: a linear congruential draw, 64 KiB to 256 KiB.
+fn random_sizes(state: &mut u64, n: usize) -> Vec<usize> {
+    (0..n)
+        .map(|_| {
+            *state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            65_536 + ((*state >> 33) as usize % 196_608)
+        })
+        .collect()
+}
+
+#[test]
+fn re_planning_stops_after_three_plans_that_did_not_cure_the_misses() {
+    let mut a = cpu("");
+    let mut state = 7u64;
+    for _ in 0..120 {
+        step_sized(&mut a, &random_sizes(&mut state, 12));
+    }
+    let s = a.stats();
+    // Steps of new random sizes miss on and on: with the back-off alone
+    // (re-plans after 2, 4, 8, 16, 32 and 64 missing steps) this loop made
+    // 5 re-plans (1 installed, 4 declined); each plan's take-over may raise
+    // the peak and none serves the next draw better.
+    assert!(s.misses.size > 100, "the steps must keep missing: {s:?}");
+    assert!(
+        s.replans + s.replans_declined + s.replans_unchanged <= 3,
+        "{s:?}"
+    );
+}
+
+#[test]
+fn a_program_that_settles_after_its_replans_stopped_is_planned_again() {
+    let mut a = cpu("");
+    let mut state = 11u64;
+    for _ in 0..60 {
+        step_sized(&mut a, &random_sizes(&mut state, 12));
+    }
+    // Then one shape, larger than every draw: it misses on the old plan,
+    // and the steps that follow repeat it.
+    let settled: Vec<usize> = (0..12).map(|i| 300_000 + 4096 * i).collect();
+    for _ in 0..20 {
+        step_sized(&mut a, &settled);
+    }
+    let before = a.stats();
+    for _ in 0..10 {
+        step_sized(&mut a, &settled);
+    }
+    let s = a.stats();
+    assert_eq!(
+        s.served_from_plan - before.served_from_plan,
+        s.requests_after_warmup - before.requests_after_warmup,
+        "the settled steps are served whole: {:?}",
+        s.misses
+    );
+}
