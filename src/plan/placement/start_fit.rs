@@ -114,6 +114,51 @@ impl Live {
         Some(at)
     }
 
+    /// The lowest offset where `size` bytes fit between the live blocks
+    /// (or above them all) with `clash(x)`, the end of a block that
+    /// `[x, x + size)` would meet besides the live ones, saying none;
+    /// takes it. Within a gap, a clash moves the candidate to its end.
+    /// After `steps` candidates the buffer goes above every live block
+    /// and clash (what [`Live::take_clear`]'s callers did at once).
+    pub(super) fn take_lowest_clear(
+        &mut self,
+        size: usize,
+        steps: usize,
+        clash: impl Fn(usize) -> Option<usize>,
+    ) -> usize {
+        let mut left = steps;
+        let mut found = None;
+        let mut from = 0usize;
+        // The gaps in offset order: below each block, then above the top.
+        let tops = self.blocks.iter().map(|(&o, &e)| (o, e));
+        'gaps: for (gap_end, end) in tops.chain([(usize::MAX, usize::MAX)]) {
+            let mut x = from;
+            while x.saturating_add(size) <= gap_end {
+                if left == 0 {
+                    break 'gaps;
+                }
+                left -= 1;
+                match clash(x) {
+                    Some(e) => x = e.max(x + 1),
+                    None => {
+                        found = Some(x);
+                        break 'gaps;
+                    }
+                }
+            }
+            from = end;
+        }
+        let at = found.unwrap_or_else(|| {
+            let mut x = self.top();
+            while let Some(e) = clash(x) {
+                x = e;
+            }
+            x
+        });
+        self.take_at(at, size);
+        at
+    }
+
     /// Frees the block at `offset`, merging the gaps on both sides.
     pub(super) fn free(&mut self, offset: usize) {
         let Some(end) = self.blocks.remove(&offset) else {
