@@ -21,7 +21,8 @@
 //! and how far down from the busiest times the load bound is reachable),
 //! `--base NAME --copies K --shift S` (one family member instead of a
 //! draw, e.g. `--base D --copies 2 --shift 0.25`; `--copies 1` is the base
-//! alone).
+//! alone), `--time SECONDS` (the default strategy's time limit, 10 s unless
+//! given: how a ratio moves with more time).
 
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -130,6 +131,8 @@ fn main() -> Res<()> {
     let count: usize = flag("--count").map_or(Ok(30), |s| s.parse())?;
     let max_buffers: usize = flag("--max-buffers").map_or(Ok(1_000_000), |s| s.parse())?;
     let bound_s: f64 = flag("--bound").map_or(Ok(0.0), |s| s.parse())?;
+    let time_s: f64 = flag("--time").map_or(Ok(10.0), |s| s.parse())?;
+    let strategy = Strategy::default().with_time_limit(Duration::try_from_secs_f64(time_s)?);
     let filter = flag("--filter").unwrap_or_default();
     let bases = bases()?;
     let instances = if let Some(name) = flag("--base") {
@@ -156,7 +159,7 @@ fn main() -> Res<()> {
         let items = &inst.items;
         let bound = placement::lower_bound(items);
         let t = Instant::now();
-        let solution = placement::solve(items, &Strategy::default())?;
+        let solution = placement::solve(items, &strategy)?;
         let secs = t.elapsed().as_secs_f64();
         placement::validate(items, &solution.offsets, None)?;
         let ratio = solution.height as f64 / bound.max(1) as f64;

@@ -24,6 +24,10 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use super::{GreedyOrder, Interval};
 
+/// [`Live::take_lowest_clear`] walks past at most this many live blocks
+/// per candidate offset it may try.
+const WALK: usize = 256;
+
 /// Free space among the live buffers at the sweep's current time.
 #[derive(Default)]
 pub(super) struct Live {
@@ -114,6 +118,58 @@ impl Live {
         Some(at)
     }
 
+    /// The lowest offset where `size` bytes fit between the live blocks
+    /// (or above them all) with `clash(x)`, the end of a block that
+    /// `[x, x + size)` would meet besides the live ones, saying none;
+    /// takes it. Within a gap, a clash moves the candidate to its end.
+    /// After `steps` candidates the buffer goes above every live block
+    /// and clash (what [`Live::take_clear`]'s callers did at once).
+    pub(super) fn take_lowest_clear(
+        &mut self,
+        size: usize,
+        steps: usize,
+        clash: impl Fn(usize) -> Option<usize>,
+    ) -> usize {
+        let mut left = steps;
+        let mut found = None;
+        let mut from = 0usize;
+        // The gaps in offset order: below each block, then above the top.
+        // The walk past gaps too small is bounded as well (live sets of
+        // overlapping copies hold thousands of blocks).
+        let mut walk = steps.saturating_mul(WALK);
+        let tops = self.blocks.iter().map(|(&o, &e)| (o, e));
+        'gaps: for (gap_end, end) in tops.chain([(usize::MAX, usize::MAX)]) {
+            if walk == 0 {
+                break; // on top, below
+            }
+            walk -= 1;
+            let mut x = from;
+            while x.saturating_add(size) <= gap_end {
+                if left == 0 {
+                    break 'gaps;
+                }
+                left -= 1;
+                match clash(x) {
+                    Some(e) => x = e.max(x + 1),
+                    None => {
+                        found = Some(x);
+                        break 'gaps;
+                    }
+                }
+            }
+            from = end;
+        }
+        let at = found.unwrap_or_else(|| {
+            let mut x = self.top();
+            while let Some(e) = clash(x) {
+                x = e;
+            }
+            x
+        });
+        self.take_at(at, size);
+        at
+    }
+
     /// Frees the block at `offset`, merging the gaps on both sides.
     pub(super) fn free(&mut self, offset: usize) {
         let Some(end) = self.blocks.remove(&offset) else {
@@ -161,6 +217,25 @@ mod tests {
     use super::super::test_support::iv;
     use super::super::{height, place_in_sequence, validate};
     use super::*;
+
+    #[test]
+    fn the_lowest_clear_offset_never_meets_a_live_block() {
+        // 300 live blocks of 1 byte with 1-byte gaps between them.
+        let mut live = Live::default();
+        for k in 0..300 {
+            live.take_at(2 * k, 1);
+        }
+        assert_eq!(live.top(), 599);
+        // One byte fits the lowest gap; a clash there moves it up its
+        // gap's neighbours to the next gap.
+        assert_eq!(live.take_lowest_clear(1, 4, |_| None), 1);
+        assert_eq!(live.take_lowest_clear(1, 4, |x| (x < 5).then_some(5)), 5);
+        // Two bytes fit no gap: after the walk's budget (fewer blocks than
+        // are live) the buffer goes on top, clear of every block (a walk
+        // cut short must not take the space above the last block it saw).
+        assert_eq!(live.take_lowest_clear(2, 1, |_| None), 599);
+        assert_eq!(live.take_lowest_clear(2, 64, |_| None), 601);
+    }
 
     fn same_as_the_scan(items: &[Interval]) {
         let sweep = start_best_fit(items);
