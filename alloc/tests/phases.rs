@@ -4,6 +4,8 @@
 //! replay of it equals the live run; a trace without phase lines replays
 //! as an all-training one.
 
+mod support;
+
 use std::collections::HashMap;
 
 use tensor_arena_alloc::replay::{self, ReplayConfig};
@@ -260,19 +262,12 @@ fn every_eval_request_takes_an_eval_site() {
 #[test]
 fn the_trace_records_the_phases_and_its_replay_equals_the_live_run() {
     let events = Loop::build(25);
-    let dir = std::env::temp_dir().join(format!("ta-phases-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.csv");
-    let json = format!(
-        r#"{{"backend": "cpu", "log_errors": false, "trace": "{}"}}"#,
-        path.display()
-    );
-    let mut live = PlannedAllocator::new(Config::from_json(&json).unwrap()).unwrap();
+    let (mut live, path) = support::traced("phases");
     replay::drive(&mut live, &events).unwrap();
     let live_stats = live.stats();
     drop(live);
     let written = trace::read(&path).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     let phases = |ev: &[TraceEvent]| -> Vec<RequestPhase> {
         ev.iter()
             .filter_map(|e| match e {

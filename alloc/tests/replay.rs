@@ -3,10 +3,12 @@
 //! the replay's null backing gives the same stats, plan and whole-run peak,
 //! and a trace the allocator writes reproduces its reserved bytes.
 
+mod support;
+
 use tensor_arena_alloc::backing::host_backing;
 use tensor_arena_alloc::replay::{self, NullBacking, Prediction, ReplayConfig};
 use tensor_arena_alloc::trace::{self, TraceEvent};
-use tensor_arena_alloc::{Config, PlannedAllocator, Stats};
+use tensor_arena_alloc::{Config, Stats};
 
 /// See tests/data/README.md.
 const GPT2_TRACE: &str = include_str!("data/gpt2_cpu_trace.csv");
@@ -60,20 +62,13 @@ fn host_pages_and_the_null_backing_decide_the_same() {
 #[test]
 fn a_trace_written_by_the_allocator_replays_to_the_live_figures() {
     let events = trace::parse(GPT2_TRACE).unwrap();
-    let dir = std::env::temp_dir().join(format!("ta-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.csv");
-    let json = format!(
-        r#"{{"backend": "cpu", "log_errors": false, "trace": "{}"}}"#,
-        path.display()
-    );
     // The live run: the allocator as the C ABI opens it, trace on.
-    let mut live = PlannedAllocator::new(Config::from_json(&json).unwrap()).unwrap();
+    let (mut live, path) = support::traced("replay");
     replay::drive(&mut live, &events).unwrap();
     let live_stats = live.stats();
-    drop(live); // flushes the trace
+    drop(live);
     let written = trace::read(&path).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 
     // Frees carry sizes; segment lines are there.
     assert!(
@@ -120,20 +115,13 @@ fn the_stats_flush_the_trace_of_a_step_still_open() {
         size: 2 * largest,
         stream: 0,
     });
-    let dir = std::env::temp_dir().join(format!("ta-open-step-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.csv");
-    let json = format!(
-        r#"{{"backend": "cpu", "log_errors": false, "trace": "{}"}}"#,
-        path.display()
-    );
-    let mut live = PlannedAllocator::new(Config::from_json(&json).unwrap()).unwrap();
+    let (mut live, path) = support::traced("open-step");
     replay::drive(&mut live, &events).unwrap();
     let live_stats = live.stats();
     // Read while the allocator lives.
     let written = trace::read(&path).unwrap();
     drop(live);
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     let opened = written
         .iter()
         .rposition(|e| matches!(e, TraceEvent::StepBegin))

@@ -80,6 +80,23 @@ pub fn assert_peak_within(p: &Prediction, percent: u64) {
     );
 }
 
+/// A CPU allocator as the C ABI opens it, its trace on: written to
+/// `t.csv` in a fresh directory of the temp directory named after `tag`
+/// and the process. Returns the allocator and the file's path (the caller
+/// removes its parent directory).
+pub fn traced(tag: &str) -> (PlannedAllocator, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ta-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("t.csv");
+    let json = format!(
+        r#"{{"backend": "cpu", "log_errors": false, "trace": "{}"}}"#,
+        path.display()
+    );
+    let a =
+        PlannedAllocator::new(Config::from_json(&json).expect("test config")).expect("cpu backing");
+    (a, path)
+}
+
 /// A generated loop's trace kept in `tests/data/generated/` (see its
 /// README).
 pub fn generated(name: &str) -> std::path::PathBuf {
