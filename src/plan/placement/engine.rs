@@ -137,6 +137,10 @@ pub(super) struct Engine<'a> {
     /// Min offset of each unplaced buffer; `PLACED` for placed ones.
     min_offset: Vec<usize>,
     floor: Vec<usize>,
+    /// The lowest offset each buffer may take (0 unless set by
+    /// [`Engine::set_release`]), and each section's floor from them.
+    release: Vec<usize>,
+    release_floor: Vec<usize>,
     total: Vec<usize>,
     cuts: Vec<u32>,
     solution: Vec<usize>,
@@ -166,6 +170,8 @@ impl<'a> Engine<'a> {
             preorder: PREORDERS[0],
             min_offset: vec![0; n],
             floor: vec![0; s],
+            release: vec![0; n],
+            release_floor: vec![0; s],
             total: sw.totals.clone(),
             cuts: sw.cuts.clone(),
             solution: vec![0; n],
@@ -183,6 +189,23 @@ impl<'a> Engine<'a> {
             nodes: 0,
             node_limit: 0,
             deadline: None,
+        }
+    }
+
+    /// Every buffer (by the sweep's numbers) placed at or above
+    /// `release[b]`: what lies below is held by buffers not in this
+    /// search.
+    pub(super) fn set_release(&mut self, release: &[usize]) {
+        self.release.copy_from_slice(release);
+        for s in 0..self.release_floor.len() {
+            self.release_floor[s] = self
+                .sw
+                .members
+                .row(s as u32)
+                .iter()
+                .map(|&c| release[c as usize])
+                .min()
+                .unwrap_or(0);
         }
     }
 
@@ -226,8 +249,8 @@ impl<'a> Engine<'a> {
     }
 
     fn reset(&mut self) {
-        self.min_offset.fill(0);
-        self.floor.fill(0);
+        self.min_offset.copy_from_slice(&self.release);
+        self.floor.copy_from_slice(&self.release_floor);
         self.total.copy_from_slice(&self.sw.totals);
         self.cuts.copy_from_slice(&self.sw.cuts);
         self.min_offset_trail.clear();

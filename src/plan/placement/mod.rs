@@ -62,6 +62,7 @@ mod engine;
 mod fit_scan;
 mod greedy;
 mod hot;
+mod layers;
 mod levels;
 mod lookahead;
 mod periodic;

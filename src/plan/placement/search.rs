@@ -276,9 +276,35 @@ pub fn search(
     incumbent: Option<&[usize]>,
     config: &SearchConfig,
 ) -> SearchOutcome {
+    search_above(items, None, incumbent, config)
+}
+
+/// [`search`] with every buffer i at or above `release[i]` (the room below
+/// held by buffers outside `items`); `incumbent` must respect it.
+pub(super) fn search_above(
+    items: &[Interval],
+    release: Option<&[usize]>,
+    incumbent: Option<&[usize]>,
+    config: &SearchConfig,
+) -> SearchOutcome {
     let start = Instant::now();
+    let respects =
+        |offsets: &[usize]| release.is_none_or(|r| offsets.iter().zip(r).all(|(o, r)| o >= r));
     let best = match incumbent {
-        Some(offsets) if validate(items, offsets, None).is_ok() => offsets.to_vec(),
+        Some(offsets) if validate(items, offsets, None).is_ok() && respects(offsets) => {
+            offsets.to_vec()
+        }
+        _ if release.is_some() => {
+            // Nothing to start from: the caller always gives one.
+            return SearchOutcome {
+                offsets: incumbent.map_or_else(|| vec![0; items.len()], <[usize]>::to_vec),
+                height: usize::MAX,
+                proven_bound: 0,
+                status: SearchStatus::Unknown,
+                nodes: 0,
+                elapsed: start.elapsed(),
+            };
+        }
         _ => greedy(items, GreedyOrder::Size),
     };
     let best_height = height(items, &best);
@@ -292,11 +318,20 @@ pub fn search(
     let step = items
         .iter()
         .filter(|it| !it.is_trivial())
-        .fold(0usize, |g, it| gcd(g, it.size))
+        .fold(0usize, |g, it| gcd(g, it.size));
+    // With releases, canonical offsets are a release plus sizes.
+    let step = release
+        .map_or(step, |r| {
+            items
+                .iter()
+                .zip(r)
+                .filter(|(it, _)| !it.is_trivial())
+                .fold(step, |g, (_, &x)| gcd(g, x))
+        })
         .max(1);
     // Canonical placements stack whole buffers, so the optimal height of
     // the buffers that take room is a multiple of `step`.
-    let aligned_bound = lower_bound(items).div_ceil(step).saturating_mul(step);
+    let mut aligned_bound = lower_bound(items).div_ceil(step).saturating_mul(step);
     let proven = aligned_bound.max(trivial_floor);
     let mut outcome = SearchOutcome {
         offsets: best,
@@ -319,10 +354,18 @@ pub fn search(
         outcome.elapsed = start.elapsed();
         return outcome;
     };
+    let mut engine = Engine::new(&sweep);
+    if let Some(r) = release {
+        let by_sweep: Vec<usize> = sweep.ids.iter().map(|&id| r[id]).collect();
+        engine.set_release(&by_sweep);
+        // Each section's bytes sit above its lowest release.
+        let floors = sweep_floor_bound(&sweep, &by_sweep);
+        aligned_bound = aligned_bound.max(floors / step * step);
+    }
     let mut driver = Driver {
         items,
         sweep: &sweep,
-        engine: Engine::new(&sweep),
+        engine,
         deadline: start.checked_add(config.time_limit),
         nodes_left: config.node_limit.unwrap_or(u64::MAX),
         nodes: 0,
@@ -367,6 +410,19 @@ pub fn search(
         nodes: driver.nodes,
         elapsed: start.elapsed(),
     }
+}
+
+/// The most any section needs with releases: its lowest release plus its
+/// bytes.
+fn sweep_floor_bound(sweep: &Sweep, release: &[usize]) -> usize {
+    (0..sweep.sections())
+        .map(|s| {
+            let row = sweep.members.row(s as u32);
+            let low = row.iter().map(|&c| release[c as usize]).min().unwrap_or(0);
+            low + sweep.totals[s]
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 fn gcd(mut a: usize, mut b: usize) -> usize {
@@ -488,5 +544,51 @@ mod tests {
         assert!(out.nodes <= 1);
         assert!(out.height <= height(&items, &incumbent));
         validate(&items, &out.offsets, None).unwrap();
+    }
+
+    #[test]
+    fn releases_are_respected_and_the_incumbent_never_beaten_upwards() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |m: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m as u64) as usize
+        };
+        for _ in 0..40 {
+            let items: Vec<Interval> = (0..3 + next(30))
+                .map(|_| {
+                    let lower = next(20);
+                    iv(lower, lower + 1 + next(10), 1 + next(12))
+                })
+                .collect();
+            let incumbent = greedy(&items, GreedyOrder::Start);
+            // Releases at or below the incumbent's offsets, so it respects them.
+            let release: Vec<usize> = incumbent.iter().map(|&o| o - next(o + 1)).collect();
+            let config = SearchConfig {
+                node_limit: Some(20_000),
+                ..SearchConfig::default()
+            };
+            let out = search_above(&items, Some(&release), Some(&incumbent), &config);
+            validate(&items, &out.offsets, None).unwrap();
+            for (i, it) in items.iter().enumerate() {
+                if !it.is_trivial() {
+                    assert!(out.offsets[i] >= release[i], "buffer {i} below its release");
+                }
+            }
+            assert!(out.height <= height(&items, &incumbent));
+            assert!(out.proven_bound <= out.height);
+        }
+        // A release that lifts one buffer above the other: the optimum of
+        // 5 (side by side in time) is out of reach, 8 is the best.
+        let items = [iv(0, 2, 5), iv(2, 4, 3)];
+        let out = search_above(
+            &items,
+            Some(&[0, 5]),
+            Some(&[0, 5]),
+            &SearchConfig::default(),
+        );
+        assert_eq!(out.height, 8);
+        assert_eq!(out.offsets, vec![0, 5]);
     }
 }

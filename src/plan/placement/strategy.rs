@@ -19,7 +19,7 @@ use super::sweep::MAX_BUFFERS;
 use super::window::repair;
 use super::{
     Greedy, GreedyFit, GreedyOrder, Interval, SearchConfig, SearchStatus, best_of_orders, height,
-    lower_bound, search, total_size,
+    layers, lower_bound, search, total_size,
 };
 use crate::error::{Error, Result};
 
@@ -373,6 +373,26 @@ fn solve_at(
     // placed it (the same first placement `solve_whole` would compute).
     let mut first = None;
     let mut is_copies = false;
+    // Two overlapping copies of few buffers: the exact search on the whole
+    // stops above what it reaches on the upper layer alone (`layers.rs`;
+    // two copies of D a quarter span apart, 426 buffers: 1.075x the load
+    // bound after 10 s, 1.063x with 6 s and the layers after), so the rest
+    // keeps a share of the time for them. Not for more copies: with four,
+    // the share taken from the rest raised D x4 half overlapping from
+    // 1.079x to 1.085x (docs/planner.md, ninth pass).
+    let layered = depth == 0
+        && strategy.kind == StrategyKind::Auto
+        && items.len() <= layers::LAYERS_BUFFERS_MAX
+        && copies::detect(items).is_some_and(|found| found.count == 2 && found.alive(items) >= 2);
+    // The deadline of the whole, kept for the layers.
+    let deadline = start.checked_add(strategy.time_limit);
+    let reserved;
+    let strategy = if layered {
+        reserved = strategy.with_time_limit(strategy.time_limit.mul_f64(1.0 - LAYERS_SHARE));
+        &reserved
+    } else {
+        strategy
+    };
     let stacked = if strategy.kind == StrategyKind::Auto && depth < MAX_DEPTH {
         stacked_copies(items, strategy, start, depth, &mut first, &mut is_copies)
     } else {
@@ -404,8 +424,27 @@ fn solve_at(
         start_fit: first,
         copies: is_copies,
     };
-    solve_whole(items, strategy, start, target, polish, depth > 0, seeds)
+    let mut solution = solve_whole(items, strategy, start, target, polish, depth > 0, seeds);
+    // Not where a capacity asked for is met (nothing more is wanted).
+    if layered
+        && solution.height > solution.proven_bound.max(target)
+        && (strategy.capacity.is_none() || !solution.fits || strategy.minimize)
+    {
+        let nodes = strategy.node_limit.unwrap_or(POLISH_NODES);
+        if layers::lower_by_layers(items, &mut solution.offsets, deadline, nodes) {
+            let h = height(items, &solution.offsets);
+            solution.height = h;
+            solution.fits = strategy.capacity.is_none_or(|c| h <= c);
+            solution.optimal = h <= solution.proven_bound;
+            solution.greedy = None;
+        }
+    }
+    solution
 }
+
+/// The share of the time limit kept for [`layers::lower_by_layers`] on two
+/// overlapping copies of at most [`layers::LAYERS_BUFFERS_MAX`] buffers.
+const LAYERS_SHARE: f64 = 0.4;
 
 /// First placements a caller already has for [`solve_whole`].
 #[derive(Default)]
