@@ -661,7 +661,7 @@ pub(super) fn lowest_free(ranges: &mut [(usize, usize)]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::iv;
+    use super::super::test_support::{iv, xorshift};
     use super::super::{height, lower_bound, validate};
     use super::*;
 
@@ -734,13 +734,8 @@ mod tests {
 
     #[test]
     fn random_copies_are_found_and_both_stacks_are_valid() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |m: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m as u64) as usize
-        };
+        let mut draw = xorshift(0x9e37_79b9_7f4a_7c15u64);
+        let mut next = move |m: usize| draw(m as u64);
         let mut found_count = 0;
         for _ in 0..40 {
             let span = 8 + next(40);

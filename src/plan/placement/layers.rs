@@ -119,7 +119,7 @@ pub(super) fn lower_by_layers(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::iv;
+    use super::super::test_support::{iv, xorshift};
     use super::*;
 
     #[test]
@@ -138,13 +138,8 @@ mod tests {
 
     #[test]
     fn layers_never_raise_a_random_placement_and_keep_it_valid() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |m: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m as u64) as usize
-        };
+        let mut draw = xorshift(0x2545_f491_4f6c_dd1du64);
+        let mut next = move |m: usize| draw(m as u64);
         for _ in 0..30 {
             let items: Vec<Interval> = (0..5 + next(40))
                 .map(|_| {

@@ -434,7 +434,7 @@ fn gcd(mut a: usize, mut b: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::iv;
+    use super::super::test_support::{iv, xorshift};
     use super::*;
 
     #[test]
@@ -548,13 +548,8 @@ mod tests {
 
     #[test]
     fn releases_are_respected_and_the_incumbent_never_beaten_upwards() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |m: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m as u64) as usize
-        };
+        let mut draw = xorshift(0x9e37_79b9_7f4a_7c15u64);
+        let mut next = move |m: usize| draw(m as u64);
         for _ in 0..40 {
             let items: Vec<Interval> = (0..3 + next(30))
                 .map(|_| {
