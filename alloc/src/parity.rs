@@ -66,7 +66,11 @@ pub fn place(
     order.sort_unstable_by_key(|&v| (priority[v / 2], std::cmp::Reverse(size(v)), v));
     let greedy = first_fit(lives, conflicts, &order, held);
     let (offsets, height) = match improve(lives, conflicts, order, &greedy, held) {
-        Some(better) if better.1.saturating_mul(KEEP_BELOW.1) <= greedy.1 * KEEP_BELOW.0 => better,
+        Some(better)
+            if better.1.saturating_mul(KEEP_BELOW.1) <= greedy.1.saturating_mul(KEEP_BELOW.0) =>
+        {
+            better
+        }
         _ => greedy,
     };
     let pairs = (0..lives.len())
@@ -112,13 +116,8 @@ fn improve(
     let rounds = (IMPROVE_WORK / visits.max(1)).min(IMPROVE_ROUNDS);
     let mut current = greedy.clone();
     let mut best: Option<(Vec<u64>, u64)> = None;
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ order.len() as u64;
-    let mut draw = |below: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % below.max(1) as u64) as usize
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64 ^ order.len() as u64);
+    let mut draw = |below: usize| next(below as u64) as usize;
     for _ in 0..rounds {
         let tops: Vec<usize> = order
             .iter()
@@ -145,6 +144,18 @@ fn improve(
         }
     }
     best
+}
+
+/// A xorshift generator from `state` (not zero): each call gives a number
+/// below its argument (0 for 0). Deterministic draws for the rounds above
+/// and for the crate's tests' random instances.
+pub(crate) fn xorshift(mut state: u64) -> impl FnMut(u64) -> u64 {
+    move |below| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below.max(1)
+    }
 }
 
 /// First fit of the nodes in `order`: per node its offset, and the height.
@@ -274,13 +285,7 @@ mod tests {
     /// Random lives on a circle of `n` positions (some into the next
     /// step), from a fixed seed.
     fn random_lives(seed: u64, sites: usize, n: usize) -> Vec<Life> {
-        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut next = |m: u64| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s % m
-        };
+        let mut next = xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         (0..sites)
             .map(|_| {
                 let start = next(n as u64) as usize;
@@ -351,13 +356,7 @@ mod tests {
 
     #[test]
     fn random_lifetimes_never_share_bytes_they_meet_on() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..200 {
             let n = 2 + next(12) as usize;
             let lives: Vec<Life> = (0..1 + next(10))

@@ -1020,13 +1020,7 @@ mod tests {
 
     /// Draws in `0..m` from a xorshift seeded with `seed`.
     fn draws(seed: u64) -> impl FnMut(u64) -> u64 {
-        let mut x = seed | 1;
-        move |m| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        }
+        crate::parity::xorshift(seed | 1)
     }
 
     proptest::proptest! {
