@@ -851,10 +851,11 @@ impl PlannedAllocator {
             t.step_end();
         }
         self.comparison.hand_over();
-        // The take-over step's deferred pages: mapped by its end, so that
-        // no later step maps them (allocator/takeover.rs).
+        // The take-over step's deferred pages and the pages the slab lent:
+        // mapped by its end where that keeps the run's peak, so that no
+        // later step maps them (allocator/takeover.rs).
         if !self.deferred.is_empty() {
-            self.map_all_deferred();
+            self.map_deferred_under_peak();
         }
         // A region still awaited at the end of the step (a short step that
         // kept its carried blocks) is reserved now, for the next step.

@@ -15,9 +15,11 @@
 //! pages of the take-over ([`super::takeover`]): a block that later lands
 //! on them (its site, or a gap) maps its own pages first, up to
 //! [`LEND_MAPS`] blocks a step, then every lent page at once; at the
-//! step's end every lent page is mapped again, after the idle pages (the
+//! step's end the lent pages are mapped again, after the idle pages (the
 //! misses' freed regions) are unmapped, so the next step finds the slab
-//! whole and a steady step makes no call. The memory held at the step's
+//! whole and a steady step makes no call; those that would raise the
+//! run's peak (beside a miss's block that outlives the step) stay lent
+//! until a block lands on them or a later step's end has room. The memory held at the step's
 //! peak is then its live blocks, the slab's partly used pages and the
 //! misses' regions: the slab's idle bytes no longer sit beside a copy of
 //! them. The cost is device calls, in steps that miss only.
