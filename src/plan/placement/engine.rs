@@ -141,6 +141,20 @@ pub(super) struct Engine<'a> {
     /// [`Engine::set_release`]), and each section's floor from them.
     release: Vec<usize>,
     release_floor: Vec<usize>,
+    /// The offset a held buffer must take ([`Engine::set_pins`]);
+    /// `usize::MAX` for a free one.
+    pin: Vec<usize>,
+    /// Whether the last [`Engine::place`] pushed a held buffer above its
+    /// pin.
+    broken: bool,
+    /// Whether any buffer is held (the checks are skipped otherwise).
+    held: bool,
+    /// For each free buffer, the rooms `[pin, pin + size)` of the held
+    /// buffers alive with it, by pin: its min offset skips them (see
+    /// [`Engine::clear_of_held`]).
+    obstacles: Vec<Vec<(usize, usize)>>,
+    /// For each section, the rooms of its held buffers, by pin.
+    section_rooms: Vec<Vec<(usize, usize)>>,
     total: Vec<usize>,
     cuts: Vec<u32>,
     solution: Vec<usize>,
@@ -172,6 +186,11 @@ impl<'a> Engine<'a> {
             floor: vec![0; s],
             release: vec![0; n],
             release_floor: vec![0; s],
+            pin: vec![usize::MAX; n],
+            broken: false,
+            held: false,
+            obstacles: Vec::new(),
+            section_rooms: Vec::new(),
             total: sw.totals.clone(),
             cuts: sw.cuts.clone(),
             solution: vec![0; n],
@@ -207,6 +226,73 @@ impl<'a> Engine<'a> {
                 .min()
                 .unwrap_or(0);
         }
+    }
+
+    /// Held buffers (by the sweep's numbers): `pin[b]` is the offset `b`
+    /// must take (its release as well, see [`Engine::set_release`]),
+    /// `usize::MAX` where `b` is free. A held buffer is placed in its turn
+    /// of the canonical order like any other, but a placement that pushes
+    /// its min offset above its pin fails, and no buffer is placed after
+    /// it in the order while it is unplaced: the holes under a held buffer
+    /// stay usable by the free buffers placed before it.
+    pub(super) fn set_pins(&mut self, pin: &[usize]) {
+        self.pin.copy_from_slice(pin);
+        self.held = pin.iter().any(|&p| p != usize::MAX);
+        let sw = self.sw;
+        self.obstacles = (0..sw.len() as u32)
+            .map(|b| {
+                if !self.held || pin[b as usize] != usize::MAX {
+                    return Vec::new();
+                }
+                let mut rooms: Vec<(usize, usize)> = sw
+                    .overlaps
+                    .row(b)
+                    .iter()
+                    .map(|&c| c as usize)
+                    .filter(|&c| pin[c] != usize::MAX)
+                    .map(|c| (pin[c], pin[c].saturating_add(sw.size[c])))
+                    .collect();
+                rooms.sort_unstable();
+                rooms
+            })
+            .collect();
+        self.section_rooms = (0..sw.sections() as u32)
+            .map(|s| {
+                if !self.held {
+                    return Vec::new();
+                }
+                let mut rooms: Vec<(usize, usize)> = sw
+                    .members
+                    .row(s)
+                    .iter()
+                    .map(|&c| c as usize)
+                    .filter(|&c| pin[c] != usize::MAX)
+                    .map(|c| (pin[c], pin[c].saturating_add(sw.size[c])))
+                    .collect();
+                rooms.sort_unstable();
+                rooms
+            })
+            .collect();
+    }
+
+    /// The lowest offset at or above `at` where free buffer `b` clears
+    /// every held buffer alive with it. Not needed for soundness (a held
+    /// buffer across `b`'s min offset stops the candidates at itself, so
+    /// `b` is never placed across it), but it raises the section floors
+    /// and the dominance cut to where `b` can really go. The hole under a
+    /// held buffer stays open to `b` while `b` fits below it.
+    fn clear_of_held(&self, b: usize, at: usize) -> usize {
+        let size = self.sw.size[b];
+        let mut at = at;
+        for &(lo, hi) in &self.obstacles[b] {
+            if lo >= at.saturating_add(size) {
+                break;
+            }
+            if hi > at {
+                at = hi;
+            }
+        }
+        at
     }
 
     /// Offsets of the last run that returned [`Run::Found`], by the
@@ -251,6 +337,24 @@ impl<'a> Engine<'a> {
     fn reset(&mut self) {
         self.min_offset.copy_from_slice(&self.release);
         self.floor.copy_from_slice(&self.release_floor);
+        if self.held {
+            for b in 0..self.min_offset.len() {
+                if self.pin[b] == usize::MAX {
+                    self.min_offset[b] = self.clear_of_held(b, self.min_offset[b]);
+                }
+            }
+            // Floors are exact minima (`place` relies on it).
+            for s in 0..self.floor.len() {
+                self.floor[s] = self
+                    .sw
+                    .members
+                    .row(s as u32)
+                    .iter()
+                    .map(|&c| self.min_offset[c as usize])
+                    .min()
+                    .unwrap_or(0);
+            }
+        }
         self.total.copy_from_slice(&self.sw.totals);
         self.cuts.copy_from_slice(&self.sw.cuts);
         self.min_offset_trail.clear();
@@ -347,9 +451,25 @@ impl<'a> Engine<'a> {
             };
             let bound = (node.last_offset, node.last_rank);
             let first = entries.partition_point(|e| e.key() < bound);
-            let stop = first
+            // A held buffer below the last placement can never be placed.
+            if self.held
+                && entries[..first]
+                    .iter()
+                    .any(|e| self.pin[e.buf as usize] != usize::MAX)
+            {
+                return self.finish_node(node, Run::Infeasible);
+            }
+            let mut stop = first
                 + entries[first..]
                     .partition_point(|e| e.offset < min_height && e.offset <= highest);
+            // Nothing goes after an unplaced held buffer in the order.
+            if self.held
+                && let Some(k) = entries[first..stop]
+                    .iter()
+                    .position(|e| self.pin[e.buf as usize] != usize::MAX)
+            {
+                stop = first + k + 1;
+            }
             node.cursor = (start + first) as u32;
             node.stop = (start + stop) as u32;
         } else if let Some(placement) = node.placed.take() {
@@ -368,7 +488,7 @@ impl<'a> Engine<'a> {
             let e = self.ord[node.cursor as usize];
             node.cursor += 1;
             let placement = self.place(e.buf, e.offset);
-            if !self.refine(e.offset) {
+            if self.broken || !self.refine(e.offset) {
                 self.unplace(placement);
                 if placement.hatless {
                     break;
@@ -525,6 +645,7 @@ impl<'a> Engine<'a> {
         let top = offset.saturating_add(size);
         self.min_offset[i] = PLACED;
         self.solution[i] = offset;
+        self.broken = false;
         let placement = Placement {
             buf: b,
             offset,
@@ -556,8 +677,16 @@ impl<'a> Engine<'a> {
             if old >= top {
                 continue;
             }
+            let raised = if self.held && self.pin[ci] == usize::MAX {
+                self.clear_of_held(ci, top)
+            } else {
+                top
+            };
             self.min_offset_trail.push((c, old));
-            self.min_offset[ci] = top;
+            self.min_offset[ci] = raised;
+            if raised > self.pin[ci] {
+                self.broken = true;
+            }
             // Floors are exact minima, so only sections where c was at the
             // minimum can rise.
             for s in sw.sec_lo[ci]..sw.sec_hi[ci] {
@@ -610,9 +739,58 @@ impl<'a> Engine<'a> {
                     break;
                 }
             }
+            if self.held && !self.free_bytes_fit(s, offset) {
+                ok = false;
+                break;
+            }
         }
         self.dirty.clear();
         ok
+    }
+
+    /// With held buffers: whether the free buffers still unplaced in
+    /// section `s` can fit between its held buffers, below the capacity
+    /// and above both `offset` (canonical order) and their lowest min
+    /// offset. A gap between held buffers narrower than the smallest of
+    /// them is lost; the rest counts in full (a bound, not a packing).
+    fn free_bytes_fit(&self, s: u32, offset: usize) -> bool {
+        let sw = self.sw;
+        let mut bytes = 0usize;
+        let mut smallest = usize::MAX;
+        let mut low = usize::MAX;
+        for &c in sw.members.row(s) {
+            let ci = c as usize;
+            if self.pin[ci] == usize::MAX && self.min_offset[ci] != PLACED {
+                bytes += sw.size[ci];
+                smallest = smallest.min(sw.size[ci]);
+                low = low.min(self.min_offset[ci]);
+            }
+        }
+        if bytes == 0 {
+            return true;
+        }
+        let low = low.max(offset);
+        let mut room = 0usize;
+        let mut at = low;
+        for &(lo, hi) in &self.section_rooms[s as usize] {
+            if hi <= at {
+                continue;
+            }
+            if lo >= self.capacity {
+                break;
+            }
+            if lo > at && lo - at >= smallest {
+                room += lo - at;
+            }
+            at = at.max(hi);
+            if room >= bytes {
+                return true;
+            }
+        }
+        if self.capacity > at && self.capacity - at >= smallest {
+            room += self.capacity - at;
+        }
+        room >= bytes
     }
 
     /// Undoes [`Engine::place`].

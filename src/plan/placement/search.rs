@@ -287,9 +287,43 @@ pub(super) fn search_above(
     incumbent: Option<&[usize]>,
     config: &SearchConfig,
 ) -> SearchOutcome {
+    search_held(items, release, None, incumbent, config)
+}
+
+/// [`search_above`] where some buffers are held: `pin[i]` is the offset
+/// buffer i must keep (`usize::MAX` where it is free to move). Held
+/// buffers are obstacles with their own lifetimes: a free buffer may take
+/// a hole under or between them at the times it lives. `incumbent` must
+/// respect the releases and the pins (and `release[i]` should be
+/// `pin[i]` for a held buffer; it is raised to it here).
+pub(super) fn search_held(
+    items: &[Interval],
+    release: Option<&[usize]>,
+    pin: Option<&[usize]>,
+    incumbent: Option<&[usize]>,
+    config: &SearchConfig,
+) -> SearchOutcome {
     let start = Instant::now();
-    let respects =
-        |offsets: &[usize]| release.is_none_or(|r| offsets.iter().zip(r).all(|(o, r)| o >= r));
+    // A held buffer's pin is its release too.
+    let merged: Option<Vec<usize>> = pin.map(|p| {
+        (0..items.len())
+            .map(|i| {
+                let r = release.map_or(0, |r| r[i]);
+                if p[i] == usize::MAX { r } else { r.max(p[i]) }
+            })
+            .collect()
+    });
+    let release = merged.as_deref().or(release);
+    let respects = |offsets: &[usize]| {
+        release.is_none_or(|r| offsets.iter().zip(r).all(|(o, r)| o >= r))
+            && pin.is_none_or(|p| {
+                offsets
+                    .iter()
+                    .zip(p)
+                    .zip(items)
+                    .all(|((o, p), it)| it.is_trivial() || *p == usize::MAX || o == p)
+            })
+    };
     let best = match incumbent {
         Some(offsets) if validate(items, offsets, None).is_ok() && respects(offsets) => {
             offsets.to_vec()
@@ -358,6 +392,10 @@ pub(super) fn search_above(
     if let Some(r) = release {
         let by_sweep: Vec<usize> = sweep.ids.iter().map(|&id| r[id]).collect();
         engine.set_release(&by_sweep);
+        if let Some(p) = pin {
+            let by_sweep: Vec<usize> = sweep.ids.iter().map(|&id| p[id]).collect();
+            engine.set_pins(&by_sweep);
+        }
         // Each section's bytes sit above its lowest release.
         let floors = sweep_floor_bound(&sweep, &by_sweep);
         aligned_bound = aligned_bound.max(floors / step * step);
@@ -574,6 +612,7 @@ mod tests {
             assert!(out.height <= height(&items, &incumbent));
             assert!(out.proven_bound <= out.height);
         }
+        // (held buffers: `held_buffers_stay_and_their_holes_are_used`.)
         // A release that lifts one buffer above the other: the optimum of
         // 5 (side by side in time) is out of reach, 8 is the best.
         let items = [iv(0, 2, 5), iv(2, 4, 3)];
@@ -585,5 +624,110 @@ mod tests {
         );
         assert_eq!(out.height, 8);
         assert_eq!(out.offsets, vec![0, 5]);
+    }
+
+    #[test]
+    fn a_free_buffer_takes_the_hole_under_a_held_one() {
+        // H is held at 5 over a hole [0, 5) for times 1-10 (G fills it at
+        // time 0 only); X lies on H. On a release X cannot pass under H
+        // (height 15); around H as an obstacle it takes the hole (10).
+        let items = [iv(0, 1, 5), iv(0, 10, 5), iv(2, 8, 5)];
+        let incumbent = [0, 5, 10];
+        let held = [usize::MAX, 5, usize::MAX];
+        let config = SearchConfig {
+            node_limit: Some(10_000),
+            ..SearchConfig::default()
+        };
+        let out = search_held(&items, None, Some(&held), Some(&incumbent), &config);
+        validate(&items, &out.offsets, None).unwrap();
+        assert_eq!(out.height, 10);
+        assert_eq!(out.offsets[1], 5, "the held buffer stays");
+        assert_eq!(out.offsets[2], 0);
+        assert_eq!(out.status, SearchStatus::Optimal);
+        let above = search_above(&items, Some(&[0, 5, 10]), Some(&incumbent), &config);
+        assert_eq!(above.height, 15);
+    }
+
+    /// The lowest height over every integer offset of the free buffers
+    /// below `limit`, the held ones where `incumbent` has them.
+    fn brute_force(items: &[Interval], held: &[usize], limit: usize) -> usize {
+        let free: Vec<usize> = (0..items.len())
+            .filter(|&i| held[i] == usize::MAX && !items[i].is_trivial())
+            .collect();
+        let mut offsets: Vec<usize> = held
+            .iter()
+            .map(|&p| if p == usize::MAX { 0 } else { p })
+            .collect();
+        fn go(
+            k: usize,
+            free: &[usize],
+            items: &[Interval],
+            offsets: &mut Vec<usize>,
+            limit: usize,
+            best: &mut usize,
+        ) {
+            if k == free.len() {
+                if validate(items, offsets, None).is_ok() {
+                    *best = (*best).min(height(items, offsets));
+                }
+                return;
+            }
+            let i = free[k];
+            for o in 0..=limit.saturating_sub(items[i].size) {
+                offsets[i] = o;
+                go(k + 1, free, items, offsets, limit, best);
+            }
+        }
+        let mut best = usize::MAX;
+        go(0, &free, items, &mut offsets, limit, &mut best);
+        best
+    }
+
+    #[test]
+    fn held_buffers_stay_and_their_holes_are_used() {
+        let mut draw = xorshift(0x1f83_d9ab_fb41_bd6bu64);
+        let mut next = move |m: usize| draw(m as u64);
+        for round in 0..300 {
+            let n = 3 + next(if round < 200 { 5 } else { 30 });
+            let items: Vec<Interval> = (0..n)
+                .map(|_| {
+                    let lower = next(10);
+                    iv(lower, lower + 1 + next(6), 1 + next(5))
+                })
+                .collect();
+            let incumbent = greedy(&items, GreedyOrder::Start);
+            let held: Vec<usize> = incumbent
+                .iter()
+                .map(|&o| if next(2) == 0 { o } else { usize::MAX })
+                .collect();
+            let config = SearchConfig {
+                node_limit: Some(50_000),
+                ..SearchConfig::default()
+            };
+            let out = search_held(&items, None, Some(&held), Some(&incumbent), &config);
+            validate(&items, &out.offsets, None).unwrap();
+            for (i, it) in items.iter().enumerate() {
+                if held[i] != usize::MAX && !it.is_trivial() {
+                    assert_eq!(out.offsets[i], held[i], "held buffer {i} moved");
+                }
+            }
+            let before = height(&items, &incumbent);
+            assert!(out.height <= before);
+            assert!(out.proven_bound <= out.height);
+            // Small enough to try every offset: the search's optimum (and
+            // every bound it proves) is the true one.
+            let free = held.iter().filter(|&&p| p == usize::MAX).count();
+            if round < 200 && free <= 4 {
+                let best = brute_force(&items, &held, before);
+                assert!(out.height >= best);
+                assert!(
+                    out.proven_bound <= best,
+                    "round {round}: bound above the optimum"
+                );
+                if out.status == SearchStatus::Optimal {
+                    assert_eq!(out.height, best, "round {round}");
+                }
+            }
+        }
     }
 }
