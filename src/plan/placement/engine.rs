@@ -244,16 +244,7 @@ impl<'a> Engine<'a> {
                 if !self.held || pin[b as usize] != usize::MAX {
                     return Vec::new();
                 }
-                let mut rooms: Vec<(usize, usize)> = sw
-                    .overlaps
-                    .row(b)
-                    .iter()
-                    .map(|&c| c as usize)
-                    .filter(|&c| pin[c] != usize::MAX)
-                    .map(|c| (pin[c], pin[c].saturating_add(sw.size[c])))
-                    .collect();
-                rooms.sort_unstable();
-                rooms
+                held_spans(sw.overlaps.row(b), pin, &sw.size)
             })
             .collect();
         self.section_rooms = (0..sw.sections() as u32)
@@ -261,16 +252,7 @@ impl<'a> Engine<'a> {
                 if !self.held {
                     return Vec::new();
                 }
-                let mut rooms: Vec<(usize, usize)> = sw
-                    .members
-                    .row(s)
-                    .iter()
-                    .map(|&c| c as usize)
-                    .filter(|&c| pin[c] != usize::MAX)
-                    .map(|c| (pin[c], pin[c].saturating_add(sw.size[c])))
-                    .collect();
-                rooms.sort_unstable();
-                rooms
+                held_spans(sw.members.row(s), pin, &sw.size)
             })
             .collect();
     }
@@ -815,4 +797,18 @@ impl<'a> Engine<'a> {
         }
         self.min_offset[i] = p.offset;
     }
+}
+
+/// The spans `[pin, pin + size)` of the held buffers among `ids` (a row of
+/// the sweep: a buffer's overlaps, or a section's members), sorted: the
+/// rooms a free buffer alive with them must clear.
+fn held_spans(ids: &[u32], pin: &[usize], size: &[usize]) -> Vec<(usize, usize)> {
+    let mut spans: Vec<(usize, usize)> = ids
+        .iter()
+        .map(|&c| c as usize)
+        .filter(|&c| pin[c] != usize::MAX)
+        .map(|c| (pin[c], pin[c].saturating_add(size[c])))
+        .collect();
+    spans.sort_unstable();
+    spans
 }

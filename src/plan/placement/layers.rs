@@ -142,38 +142,64 @@ fn search_layer_released(
     time_limit: Duration,
     node_limit: u64,
 ) -> Option<usize> {
-    let h = height(items, offsets);
     let rest: Vec<usize> = (0..items.len()).filter(|&i| upper[i]).collect();
     let release: Vec<usize> = rest
         .iter()
-        .map(|&i| {
-            (0..items.len())
-                .filter(|&j| {
-                    !upper[j] && !items[j].is_trivial() && items[i].overlaps_in_time(&items[j])
-                })
-                .map(|j| offsets[j] + items[j].size)
-                .max()
-                .unwrap_or(0)
-        })
+        .map(|&i| highest_top_below(items, offsets, i, |j| !upper[j]))
         .collect();
     let sub: Vec<Interval> = rest.iter().map(|&i| items[i]).collect();
     let incumbent: Vec<usize> = rest.iter().map(|&i| offsets[i]).collect();
-    let config = SearchConfig {
+    let config = layer_config(time_limit, node_limit);
+    let out = search_above(&sub, Some(&release), Some(&incumbent), &config);
+    // Checked, not assumed: the search respects the releases.
+    keep_if_lower(items, offsets, &rest, &out.offsets, out.height)
+}
+
+/// The highest top of the buffers `below` that are alive with buffer `i`
+/// (its release: it lies no lower than that); 0 for none.
+fn highest_top_below(
+    items: &[Interval],
+    offsets: &[usize],
+    i: usize,
+    below: impl Fn(usize) -> bool,
+) -> usize {
+    (0..items.len())
+        .filter(|&j| below(j) && !items[j].is_trivial() && items[i].overlaps_in_time(&items[j]))
+        .map(|j| offsets[j] + items[j].size)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The exact search's settings for one layer: minimise, no capacity,
+/// bounded by `time_limit` and `node_limit`.
+fn layer_config(time_limit: Duration, node_limit: u64) -> SearchConfig {
+    SearchConfig {
         capacity: None,
         minimize: true,
         time_limit,
         node_limit: Some(node_limit),
-    };
-    let out = search_above(&sub, Some(&release), Some(&incumbent), &config);
-    if out.height >= h {
+    }
+}
+
+/// Writes `found` (the offsets of the buffers `rest`, of height
+/// `found_height`) into `offsets` when the whole placement is then lower
+/// and valid (checked, not assumed); the new height.
+fn keep_if_lower(
+    items: &[Interval],
+    offsets: &mut [usize],
+    rest: &[usize],
+    found: &[usize],
+    found_height: usize,
+) -> Option<usize> {
+    let h = height(items, offsets);
+    if found_height >= h {
         return None;
     }
     let mut candidate = offsets.to_vec();
     for (k, &i) in rest.iter().enumerate() {
-        candidate[i] = out.offsets[k];
+        candidate[i] = found[k];
     }
     let h2 = height(items, &candidate);
-    // Checked, not assumed: the search respects the releases.
     if h2 < h && validate(items, &candidate, None).is_ok() {
         offsets.copy_from_slice(&candidate);
         return Some(h2);
@@ -197,7 +223,6 @@ fn search_layer_held(
     time_limit: Duration,
     node_limit: u64,
 ) -> Option<usize> {
-    let h = height(items, offsets);
     let rest: Vec<usize> = (0..items.len())
         .filter(|&i| {
             !items[i].is_trivial()
@@ -214,16 +239,11 @@ fn search_layer_held(
     let release: Vec<usize> = rest
         .iter()
         .map(|&i| {
-            if !upper[i] {
-                return 0;
+            if upper[i] {
+                highest_top_below(items, offsets, i, |j| !in_rest[j])
+            } else {
+                0
             }
-            (0..items.len())
-                .filter(|&j| {
-                    !in_rest[j] && !items[j].is_trivial() && items[i].overlaps_in_time(&items[j])
-                })
-                .map(|j| offsets[j] + items[j].size)
-                .max()
-                .unwrap_or(0)
         })
         .collect();
     let sub: Vec<Interval> = rest.iter().map(|&i| items[i]).collect();
@@ -232,27 +252,10 @@ fn search_layer_held(
         .iter()
         .map(|&i| if upper[i] { usize::MAX } else { offsets[i] })
         .collect();
-    let config = SearchConfig {
-        capacity: None,
-        minimize: true,
-        time_limit,
-        node_limit: Some(node_limit),
-    };
+    let config = layer_config(time_limit, node_limit);
     let out = search_held(&sub, Some(&release), Some(&pin), Some(&incumbent), &config);
-    if out.height >= h {
-        return None;
-    }
-    let mut candidate = offsets.to_vec();
-    for (k, &i) in rest.iter().enumerate() {
-        candidate[i] = out.offsets[k];
-    }
-    let h2 = height(items, &candidate);
     // Checked, not assumed: the search keeps the held buffers in place.
-    if h2 < h && validate(items, &candidate, None).is_ok() {
-        offsets.copy_from_slice(&candidate);
-        return Some(h2);
-    }
-    None
+    keep_if_lower(items, offsets, &rest, &out.offsets, out.height)
 }
 
 #[cfg(test)]
