@@ -217,14 +217,7 @@ impl<'a> Engine<'a> {
     pub(super) fn set_release(&mut self, release: &[usize]) {
         self.release.copy_from_slice(release);
         for s in 0..self.release_floor.len() {
-            self.release_floor[s] = self
-                .sw
-                .members
-                .row(s as u32)
-                .iter()
-                .map(|&c| release[c as usize])
-                .min()
-                .unwrap_or(0);
+            self.release_floor[s] = section_min(self.sw, s, release);
         }
     }
 
@@ -238,22 +231,22 @@ impl<'a> Engine<'a> {
     pub(super) fn set_pins(&mut self, pin: &[usize]) {
         self.pin.copy_from_slice(pin);
         self.held = pin.iter().any(|&p| p != usize::MAX);
+        self.obstacles.clear();
+        self.section_rooms.clear();
+        if !self.held {
+            return;
+        }
         let sw = self.sw;
         self.obstacles = (0..sw.len() as u32)
             .map(|b| {
-                if !self.held || pin[b as usize] != usize::MAX {
+                if pin[b as usize] != usize::MAX {
                     return Vec::new();
                 }
                 held_spans(sw.overlaps.row(b), pin, &sw.size)
             })
             .collect();
         self.section_rooms = (0..sw.sections() as u32)
-            .map(|s| {
-                if !self.held {
-                    return Vec::new();
-                }
-                held_spans(sw.members.row(s), pin, &sw.size)
-            })
+            .map(|s| held_spans(sw.members.row(s), pin, &sw.size))
             .collect();
     }
 
@@ -327,14 +320,7 @@ impl<'a> Engine<'a> {
             }
             // Floors are exact minima (`place` relies on it).
             for s in 0..self.floor.len() {
-                self.floor[s] = self
-                    .sw
-                    .members
-                    .row(s as u32)
-                    .iter()
-                    .map(|&c| self.min_offset[c as usize])
-                    .min()
-                    .unwrap_or(0);
+                self.floor[s] = section_min(self.sw, s, &self.min_offset);
             }
         }
         self.total.copy_from_slice(&self.sw.totals);
@@ -797,6 +783,17 @@ impl<'a> Engine<'a> {
         }
         self.min_offset[i] = p.offset;
     }
+}
+
+/// The least of `values` (per buffer, by the sweep's numbers) over the
+/// members of section `s`; 0 for an empty section.
+fn section_min(sw: &Sweep, s: usize, values: &[usize]) -> usize {
+    sw.members
+        .row(s as u32)
+        .iter()
+        .map(|&c| values[c as usize])
+        .min()
+        .unwrap_or(0)
 }
 
 /// The spans `[pin, pin + size)` of the held buffers among `ids` (a row of
