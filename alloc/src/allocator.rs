@@ -1514,7 +1514,7 @@ impl PlannedAllocator {
         if self
             .slab
             .as_ref()
-            .is_some_and(|s| s.plan.sites == plan.sites)
+            .is_some_and(|s| s.plan.sites == plan.sites && s.plan.kinds == plan.kinds)
         {
             self.replans_unchanged += 1;
             // The same sites: the new merge (of the new basis) is the one

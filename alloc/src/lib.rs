@@ -72,6 +72,7 @@ pub mod device_stats;
 mod error;
 mod exact;
 mod fallback;
+mod kinds;
 // The C ABI: C strings and caller buffers cross here.
 #[allow(unsafe_code)]
 pub mod ffi;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tensor_arena::plan::placement::{self, Interval, Strategy};
 
 use crate::align::{self, Shape};
+use crate::kinds::{self, Kinds};
 use crate::merge::Merger;
 use crate::parity;
 use crate::record::{Life as RequestLife, StepRecord};
@@ -174,6 +175,37 @@ pub struct SitePlan {
     pub merged_requests: u64,
     /// Of those, the ones the banded alignment saw when it was made.
     pub aligned_requests: u64,
+    /// One slot per kind of step for the sites after the deciding one,
+    /// where that placement is lower ([`crate::kinds`]).
+    pub kinds: Option<Kinds>,
+}
+
+impl SitePlan {
+    /// Every slot of the plan: `(offset, bytes)` of each planned site's
+    /// slot (and alternate), and of each kind's slot.
+    pub fn all_slots(&self) -> Vec<(u64, u64)> {
+        let specific = |j: usize| {
+            self.kinds
+                .as_ref()
+                .is_some_and(|k| k.slots.get(j).is_some_and(|v| !v.is_empty()))
+        };
+        let mut out: Vec<(u64, u64)> = self
+            .sites
+            .iter()
+            .enumerate()
+            .filter(|(j, s)| s.unplanned.is_none() && !specific(*j))
+            .flat_map(|(_, s)| {
+                [Some(s.offset), s.alternate]
+                    .into_iter()
+                    .flatten()
+                    .map(move |o| (o, s.slot))
+            })
+            .collect();
+        if let Some(k) = &self.kinds {
+            out.extend(k.all_slots());
+        }
+        out
+    }
 }
 
 /// Slot bytes of a request: rounded with the platform's pad, plus the guard
@@ -217,7 +249,7 @@ pub fn bucket(size: u64) -> u64 {
 /// +0.5 points. Three times: 8 lower, 2 higher, the same geomeans within
 /// 0.003. Seed 12, generated before and measured after the choice:
 /// geomean 1.041 -> 1.038, p90 1.111 -> 1.109, 2 loops lower, none higher.
-const SET_REPEATS: usize = 2;
+pub const SET_REPEATS: usize = 2;
 
 /// Per site (`n` of them): whether its requests in `steps` (each step's
 /// requests' sites in `maps`) draw from a set: [`SET_REPEATS`] times as
@@ -527,8 +559,9 @@ pub fn plan(
         pad,
         checked,
     };
+    let given = offsets.clone();
     let (offsets, optimal) =
-        match step_conflicts::place(&intervals, &slots, &recorded, &offsets, room.held) {
+        match step_conflicts::place(&intervals, &slots, &recorded, &offsets, room.held, None) {
             Some((by_steps, height))
                 if !room.held.is_empty() || height < placement::height(&intervals, &offsets) =>
             {
@@ -556,6 +589,33 @@ pub fn plan(
             .max()
             .unwrap_or(0),
     );
+    // Steps of a few shapes: one slot per kind of step where that is
+    // lower (kinds.rs).
+    let carried: Vec<bool> = lives.iter().map(|l| l.carried || l.doubled).collect();
+    let by_kind = kinds::place(&kinds::Input {
+        recorded,
+        sites: &sites,
+        sequences: &sequences,
+        carried: &carried,
+        from_a_set: &from_a_set,
+        intervals: &intervals,
+        slots: step_conflicts::SlotsOf {
+            first: &first_slot,
+            doubled: &doubled_site,
+        },
+        given: &given,
+        held: room.held,
+    });
+    let mut kinds = None;
+    let mut slab_bytes = slab_bytes;
+    if let Some((by_kind, offsets, height)) = by_kind
+        && height.saturating_mul(KINDS_KEEP_BELOW.1)
+            <= slab_bytes.saturating_mul(KINDS_KEEP_BELOW.0)
+    {
+        assign(&mut sites, &offsets);
+        slab_bytes = height;
+        kinds = Some(by_kind);
+    }
     // Doubled sites keep both their slots reserved all the time under one
     // offset per site; one offset per parity for every site can lower the
     // slab (parity.rs). Not where kept blocks hold bytes the placement
@@ -563,7 +623,7 @@ pub fn plan(
     let doubled = sites
         .iter()
         .any(|s| s.alternate.is_some() && s.unplanned.is_none());
-    let (slab_bytes, optimal) = if room.parity && doubled {
+    let (slab_bytes, optimal) = if room.parity && doubled && kinds.is_none() {
         match by_parity(&mut sites, &circular, n, slab_bytes, room.held) {
             Some(height) => (height, false),
             None => (slab_bytes, optimal),
@@ -589,8 +649,13 @@ pub fn plan(
         id: 0,
         merged_requests: 0,
         aligned_requests: 0,
+        kinds,
     }
 }
+
+/// The kinds' placement is kept when its height is at most this fraction
+/// of the one-offset plan's.
+const KINDS_KEEP_BELOW: (u64, u64) = (95, 100);
 
 /// Re-places `sites` with one offset per step parity (parity.rs) when
 /// that is lower than `height`, the one-offset plan's: each site's offset
@@ -847,12 +912,41 @@ mod tests {
         assert!(changing.sites[0].capacity > 70_144);
     }
 
+    /// The kinds of `rec` (its requests' sites in `map`) under `plan`'s
+    /// kinds, per segment: by its requests at the deciding sites.
+    fn kind_of(plan: &SitePlan, rec: &StepRecord, map: &[u32]) -> Vec<Option<usize>> {
+        let Some(kinds) = plan.kinds.as_ref() else {
+            return Vec::new();
+        };
+        kinds
+            .segments
+            .iter()
+            .map(|g| {
+                let k = map.iter().position(|&j| j == g.decide)?;
+                Some(g.kind_of(rec.requests[k].size))
+            })
+            .collect()
+    }
+
+    /// Site `j`'s offset in a step of `kind` (its own where the site is
+    /// common to every kind).
+    fn offset_in(plan: &SitePlan, j: usize, kind: &[Option<usize>]) -> u64 {
+        plan.kinds
+            .as_ref()
+            .and_then(|kinds| {
+                let g = *kinds.segment_of.get(j)? as usize;
+                kinds.slots.get(j)?.get(kind.get(g).copied().flatten()?)
+            })
+            .map_or(plan.sites[j].offset, |s| s.offset)
+    }
+
     /// Whether each of `steps`, with its own sizes, has no two blocks
     /// alive at once whose bytes overlap under `plan` (the serving path's
-    /// check, done by hand).
+    /// check, done by hand; a step of a kind takes its kind's slots).
     fn each_step_fits(plan: &SitePlan, steps: &[StepRecord]) -> bool {
         let maps: Vec<Vec<u32>> = plan.merged.maps().map(<[u32]>::to_vec).collect();
         steps.iter().zip(&maps).all(|(rec, map)| {
+            let kind = kind_of(plan, rec, map);
             let n = rec.requests.len();
             let blocks: Vec<(usize, usize, u64, u64)> = rec
                 .requests
@@ -863,13 +957,8 @@ mod tests {
                         RequestLife::InStep(c) => c as usize,
                         _ => n,
                     };
-                    let site = &plan.sites[map[k] as usize];
-                    (
-                        k,
-                        end,
-                        site.offset,
-                        site.offset + slot_for(r.size, 0, false),
-                    )
+                    let offset = offset_in(plan, map[k] as usize, &kind);
+                    (k, end, offset, offset + slot_for(r.size, 0, false))
                 })
                 .collect();
             blocks.iter().all(|a| {
@@ -963,11 +1052,11 @@ mod tests {
                 parity: false,
             },
         );
-        for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
+        for (offset, slot) in plan.all_slots() {
             for &(start, end) in &held {
                 assert!(
-                    s.offset + s.slot <= start || end <= s.offset,
-                    "{s:?} over held [{start}, {end})"
+                    offset + slot <= start || end <= offset,
+                    "[{offset}, +{slot}) over held [{start}, {end})"
                 );
             }
         }
@@ -1005,13 +1094,12 @@ mod tests {
         let loss_end = loss.offset + slot_for(4, 0, false);
         // (A site the merge gave both the loss and an eval block is the
         // matcher's business: it never serves both at once.)
+        let kind = kind_of(&plan, &steps[2], &maps[2]);
         for (r, &j) in steps[2].requests.iter().zip(&maps[2]) {
-            let s = &plan.sites[j as usize];
+            let offset = offset_in(&plan, j as usize, &kind);
             assert!(
-                j == k
-                    || s.offset + slot_for(r.size, 0, false) <= loss.offset
-                    || loss_end <= s.offset,
-                "eval block of {} at {s:?} over the carried loss {loss:?}",
+                j == k || offset + slot_for(r.size, 0, false) <= loss.offset || loss_end <= offset,
+                "eval block of {} at {offset} over the carried loss {loss:?}",
                 r.size
             );
         }
@@ -1057,11 +1145,9 @@ mod tests {
             };
             let plan = plan_of(&steps, count as u64 + 1, false, room);
             proptest::prop_assert!(each_step_fits(&plan, &steps));
-            for s in plan.sites.iter().filter(|s| s.unplanned.is_none()) {
-                for o in [s.offset, s.alternate.unwrap_or(s.offset)] {
-                    proptest::prop_assert!(o + s.slot <= plan.slab_bytes);
-                    proptest::prop_assert!(o + s.slot <= held[0].0 || held[0].1 <= o);
-                }
+            for (o, slot) in plan.all_slots() {
+                proptest::prop_assert!(o + slot <= plan.slab_bytes);
+                proptest::prop_assert!(o + slot <= held[0].0 || held[0].1 <= o);
             }
         }
     }

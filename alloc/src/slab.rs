@@ -44,6 +44,13 @@ pub struct PlannedSlab {
     /// Position of each site's slots in offset order (the second one for
     /// a site with an alternate slot, else the first again).
     position: Vec<[u32; 2]>,
+    /// Per site with one slot per kind of step (the plan's `kinds`): the
+    /// position of each kind's slot (empty for a site common to every
+    /// kind).
+    kind_position: Vec<Vec<u32>>,
+    /// Per segment of the plan's kinds: the step's kind there, once its
+    /// request at the segment's deciding site came.
+    kind: Vec<Option<usize>>,
     /// Offset-ordered slots: `(offset, end, site)`.
     by_offset: Vec<(u64, u64, u32)>,
     /// Per position: the first position whose offset is at or past the
@@ -135,15 +142,9 @@ impl PlannedSlab {
     /// regions; the bytes of the old region past that point go unused).
     pub fn growth_start(plan: &SitePlan, old: &PlannedSlab) -> u64 {
         let end = old.pieces.last().map_or(0, |&(o, _, l)| o + l);
-        plan.sites
-            .iter()
-            .filter(|s| s.unplanned.is_none())
-            .flat_map(|s| {
-                [Some(s.offset), s.alternate]
-                    .into_iter()
-                    .flatten()
-                    .map(move |o| (o, o + s.slot))
-            })
+        plan.all_slots()
+            .into_iter()
+            .map(|(o, len)| (o, o + len))
             .filter(|&(o, e)| o < end && e > end)
             .map(|(o, _)| o)
             .min()
@@ -260,16 +261,48 @@ impl PlannedSlab {
         let plan_entry = plan.entry;
         let region_bytes = pieces.iter().map(|p| p.2 as usize).sum();
         let mut by_offset: Vec<(u64, u64, u32)> = Vec::with_capacity(plan.sites.len());
+        let kind_slots = |k: usize| {
+            plan.kinds
+                .as_ref()
+                .and_then(|kinds| kinds.slots.get(k))
+                .filter(|v| !v.is_empty())
+        };
         for (k, s) in plan.sites.iter().enumerate() {
+            if let Some(slots) = kind_slots(k) {
+                for slot in slots {
+                    by_offset.push((slot.offset, slot.offset + slot.slot, k as u32));
+                }
+                continue;
+            }
             let len = if s.unplanned.is_some() { 0 } else { s.slot };
             by_offset.push((s.offset, s.offset + len, k as u32));
             if let Some(alt) = s.alternate {
                 by_offset.push((alt, alt + len, k as u32));
             }
         }
+        // A kind's slot of a site is told from the others by its offset
+        // and length (kinds' slots of one site may share an offset; the
+        // first found is then every such kind's: the same bytes).
         by_offset.sort_unstable();
         let mut position = vec![[u32::MAX; 2]; plan.sites.len()];
+        let mut kind_position: Vec<Vec<u32>> = vec![Vec::new(); plan.sites.len()];
+        for (k, kp) in kind_position.iter_mut().enumerate() {
+            if let Some(slots) = kind_slots(k) {
+                *kp = slots
+                    .iter()
+                    .map(|slot| {
+                        let key = (slot.offset, slot.offset + slot.slot, k as u32);
+                        by_offset.partition_point(|e| *e < key) as u32
+                    })
+                    .collect();
+                let first = kp.first().copied().unwrap_or(u32::MAX);
+                position[k] = [first, first];
+            }
+        }
         for (pos, &(offset, _, k)) in by_offset.iter().enumerate() {
+            if !kind_position[k as usize].is_empty() {
+                continue;
+            }
             let site = &plan.sites[k as usize];
             let which = usize::from(site.alternate == Some(offset) && site.offset != offset);
             position[k as usize][which] = pos as u32;
@@ -309,6 +342,8 @@ impl PlannedSlab {
             .collect();
         PlannedSlab {
             end_bound,
+            kind: vec![None; plan.kinds.as_ref().map_or(0, |k| k.segments.len())],
+            kind_position,
             plan,
             base,
             region_bytes,
@@ -337,6 +372,7 @@ impl PlannedSlab {
 
     /// A step begins: each phase's cursor goes back to its entry.
     pub fn begin_step(&mut self) {
+        self.kind.iter_mut().for_each(|k| *k = None);
         self.cursor = self.plan.entry;
         self.begun = [false; 2];
         self.other_entry = [None; 2];
@@ -401,7 +437,15 @@ impl PlannedSlab {
         };
         if !self.begun[p] && cursor == self.plan.entry[p] {
             let other = self.plan.entries[p].iter().skip(1).find(|e| own(e));
-            if found == Some(cursor) {
+            // The entry took the request only as a site whose size
+            // changes, and it is too small for it: another place a
+            // recorded step started at whose sizes bracket it is the
+            // step's (a program that settled into a shape larger than
+            // every one before, planned with those).
+            let too_small = seq
+                .get(cursor)
+                .is_some_and(|&k| size > sites[k as usize].capacity);
+            if found == Some(cursor) && !(too_small && other.is_some()) {
                 // Both fit: the entry is kept, the other remembered (a
                 // validation pass and an optimizer step under `no_grad`
                 // may both start with a small block of one size).
@@ -443,7 +487,16 @@ impl PlannedSlab {
         if size > site.capacity {
             return Err(Refusal::Size);
         }
-        let pos = self.position[k][(origin.step % 2) as usize] as usize;
+        if let Some(kinds) = &self.plan.kinds
+            && let Some(g) = kinds.deciding(k)
+            && let Some(kind @ None) = self.kind.get_mut(g)
+        {
+            *kind = Some(kinds.segments[g].kind_of(size));
+        }
+        let (pos, capacity) = self.slot_of(k, origin.step);
+        if size > capacity || capacity == 0 {
+            return Err(Refusal::Size);
+        }
         let (offset, end, _) = self.by_offset[pos];
         if self.straddles[pos] {
             return Err(Refusal::Straddle);
@@ -478,6 +531,35 @@ impl PlannedSlab {
         self.live_block[pos] = (origin, size);
         self.live_count += 1;
         Ok((addr, taken))
+    }
+
+    /// The position of site `k`'s slot in a step of number `step` (its
+    /// parity's, or its kind's) and the largest request it takes. A step
+    /// whose kind is not known yet takes the first kind's slot.
+    fn slot_of(&self, k: usize, step: u64) -> (usize, u64) {
+        match self.kind_position.get(k).filter(|v| !v.is_empty()) {
+            Some(positions) => {
+                let segment = self
+                    .plan
+                    .kinds
+                    .as_ref()
+                    .and_then(|kinds| kinds.segment_of.get(k))
+                    .copied()
+                    .unwrap_or(0) as usize;
+                let kind = self.kind.get(segment).copied().flatten().unwrap_or(0);
+                let capacity = self
+                    .plan
+                    .kinds
+                    .as_ref()
+                    .and_then(|kinds| kinds.slots.get(k)?.get(kind))
+                    .map_or(0, |s| s.capacity);
+                (positions.get(kind).copied().unwrap_or(0) as usize, capacity)
+            }
+            None => (
+                self.position[k][(step % 2) as usize] as usize,
+                self.plan.sites[k].capacity,
+            ),
+        }
     }
 
     /// The extents `(start, end)` in slab offsets that live blocks hold
@@ -582,7 +664,11 @@ impl PlannedSlab {
                 if self.plan.sites.get(k)?.unplanned.is_some() {
                     return None;
                 }
-                let pos = *self.position.get(k)?.get(parity)? as usize;
+                let pos = if self.kind_position.get(k)?.is_empty() {
+                    *self.position.get(k)?.get(parity)? as usize
+                } else {
+                    self.slot_of(k, step).0
+                };
                 let &(o, e, _) = self.by_offset.get(pos)?;
                 Some((o, e))
             })

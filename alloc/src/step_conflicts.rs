@@ -181,6 +181,9 @@ impl Separations {
     }
 }
 
+/// One interval per slot of a step, and each interval's slot.
+type Items = (Vec<Interval>, Vec<usize>);
+
 /// A first-fit order from the recorded step with the most bytes alive at
 /// once, placed alone: its slots (at that step's sizes and lifetimes) in
 /// the order of their offsets in its own placement, then every other slot,
@@ -192,10 +195,13 @@ impl Separations {
 /// geomean without and with this order: 1.113 / 1.084 / 1.122 / 1.091 /
 /// 1.049 and 1.109 / 1.087 / 1.111 / 1.082 / 1.040 (the two busiest
 /// steps' orders: the same; four: 1.111 / 1.089 / 1.107 / 1.082 / 1.040).
-/// `None` without a step.
+/// `None` without a step. With step kinds (`groups`: the steps of each
+/// kind), each kind's busiest step's packing in turn: kinds share only
+/// their common slots, so each packs its own slots around those.
 fn own_packing_order(
     timelines: &[Vec<(usize, usize, usize, u64)>],
     intervals: &[Interval],
+    groups: &[Vec<usize>],
 ) -> Option<Vec<usize>> {
     let n = intervals.len();
     let as_items = |t: &[(usize, usize, usize, u64)]| -> (Vec<Interval>, Vec<usize>) {
@@ -225,19 +231,35 @@ fn own_packing_order(
         }
         (items, slot_of)
     };
-    let (items, slot_of) = timelines
-        .iter()
-        .map(|t| as_items(t))
-        .enumerate()
-        .max_by_key(|(s, (items, _))| (placement::lower_bound(items), std::cmp::Reverse(*s)))?
-        .1;
-    let solution = placement::solve(&items, &Strategy::default()).ok()?;
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by_key(|&i| (solution.offsets.get(i).copied().unwrap_or(0), i));
     let mut placed = vec![false; n];
-    let mut out: Vec<usize> = order.into_iter().map(|i| slot_of[i]).collect();
-    for &slot in &out {
-        placed[slot] = true;
+    let mut out: Vec<usize> = Vec::new();
+    // Each group's busiest step; the busiest group first (it sets the
+    // height; the others fit around the slots it shares with them).
+    let mut busiest: Vec<(usize, Items)> = groups
+        .iter()
+        .filter_map(|group| {
+            group
+                .iter()
+                .filter_map(|&s| timelines.get(s).map(|t| (s, as_items(t))))
+                .map(|(s, x)| (placement::lower_bound(&x.0), std::cmp::Reverse(s), x))
+                .max_by_key(|(lb, s, _)| (*lb, *s))
+                .map(|(lb, _, x)| (lb, x))
+        })
+        .collect();
+    busiest.sort_by_key(|(lb, _)| std::cmp::Reverse(*lb));
+    for (_, (items, slot_of)) in busiest {
+        let solution = placement::solve(&items, &Strategy::default()).ok()?;
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&i| (solution.offsets.get(i).copied().unwrap_or(0), i));
+        for slot in order.into_iter().map(|i| slot_of[i]) {
+            if !placed[slot] {
+                placed[slot] = true;
+                out.push(slot);
+            }
+        }
+    }
+    if out.is_empty() {
+        return None;
     }
     let mut rest: Vec<usize> = (0..n).filter(|&i| !placed[i]).collect();
     rest.sort_by_key(|&i| (std::cmp::Reverse(intervals[i].size), intervals[i].lower, i));
@@ -269,19 +291,41 @@ pub struct Recorded<'a> {
     pub checked: bool,
 }
 
+/// Slots with one offset per kind of step ([`crate::kinds`]): the nodes
+/// placed instead of the slots.
+pub struct Variants<'a> {
+    /// Per recorded step: its kind in each segment.
+    pub kind_of_step: &'a [Vec<usize>],
+    /// Per slot: the segment whose kinds its nodes follow.
+    pub segment_of_slot: &'a [u32],
+    /// Per slot: its node in each kind of its segment (empty for a slot
+    /// common to every kind: its node is itself).
+    pub node: &'a [Vec<usize>],
+    /// Every node: its merged lifetime and its size (the slots' nodes
+    /// first, at their own indices).
+    pub nodes: &'a [Interval],
+    /// Per node: the slot it is a node of.
+    pub slot_of_node: &'a [usize],
+    /// Per kind: its recorded steps.
+    pub groups: &'a [Vec<usize>],
+}
+
 /// Offsets for `intervals` (the plan's slots, in merged order, each
 /// site's slots at `slots.first`) that hold each of `steps` (their
 /// requests' sites in `maps`), and their height; `None` when there are
 /// too many slots. `given` is a placement of `intervals` by their merged
 /// lifetimes (where the steps' conflicts are among the merged lifetimes'
 /// and nothing is `held`, the result is never higher). No slot overlaps
-/// a `held` range. Only slots with a size take room.
+/// a `held` range. Only slots with a size take room. With `variants`,
+/// the offsets are the nodes' (a slot specific to kinds of steps has one
+/// node per kind, placed by the conflicts of that kind's steps alone).
 pub fn place(
     intervals: &[Interval],
     slots: &SlotsOf<'_>,
     recorded: &Recorded<'_>,
     given: &[usize],
     held: &[(u64, u64)],
+    variants: Option<&Variants<'_>>,
 ) -> Option<(Vec<usize>, usize)> {
     let Recorded {
         steps,
@@ -290,10 +334,24 @@ pub fn place(
         pad,
         checked,
     } = *recorded;
-    let n = intervals.len();
-    if n > MAX_SLOTS || n == 0 || given.len() != n {
+    if intervals.is_empty() || given.len() != intervals.len() {
         return None;
     }
+    let nodes = variants.map_or(intervals, |v| v.nodes);
+    let n = nodes.len();
+    if n > MAX_SLOTS {
+        return None;
+    }
+    // The node of `slot` in recorded step `s`'s frame.
+    let node_of = |s: usize, slot: usize| -> usize {
+        variants
+            .and_then(|v| {
+                let kinds = v.node.get(slot)?;
+                let segment = *v.segment_of_slot.get(slot)? as usize;
+                kinds.get(*v.kind_of_step.get(s)?.get(segment)?).copied()
+            })
+            .unwrap_or(slot)
+    };
     let sites = slots.first.len();
     let mut seps = Separations::new(n);
     // Sites pinned to no step's order: the merged lifetime's conflicts.
@@ -367,16 +425,17 @@ pub fn place(
         for (k, req) in rec.requests.iter().enumerate() {
             let Some(&j) = maps[s].get(k) else { continue };
             let j = j as usize;
-            let Some(&slot) = slots.first.get(j) else {
+            let Some(&first) = slots.first.get(j) else {
                 continue;
             };
-            if merged[j] || intervals[slot].size == 0 {
+            let slot = node_of(s, first);
+            if merged[j] || nodes[slot].size == 0 {
                 continue;
             }
             let bytes = if growing[j] {
-                intervals[slot].size as u64
+                nodes[slot].size as u64
             } else {
-                slot_for(req.size, pad, checked).min(intervals[slot].size as u64)
+                slot_for(req.size, pad, checked).min(nodes[slot].size as u64)
             };
             // Where this block lives on into a next step's frame, and to
             // which of its clocks.
@@ -432,7 +491,9 @@ pub fn place(
     for timeline in &mut timelines {
         seps.add_timeline(timeline);
     }
-    let own = own_packing_order(&timelines, intervals);
+    let all_steps = [(0..steps.len()).collect::<Vec<usize>>()];
+    let groups = variants.map_or(&all_steps[..], |v| v.groups);
+    let own = own_packing_order(&timelines, nodes, groups);
     // The conservative sites: every slot their merged lifetime overlaps.
     for (j, &m) in merged.iter().enumerate() {
         if !m {
@@ -440,8 +501,8 @@ pub fn place(
         }
         let count = 1 + usize::from(slots.doubled[j]);
         for a in slots.first[j]..slots.first[j] + count {
-            let ia = intervals[a];
-            for (b, ib) in intervals.iter().enumerate() {
+            let ia = nodes[a];
+            for (b, ib) in nodes.iter().enumerate() {
                 if ia.size > 0 && ib.size > 0 && ia.lower < ib.upper && ib.lower < ia.upper {
                     seps.add(a, ia.size as u64, b, ib.size as u64);
                 }
@@ -459,15 +520,23 @@ pub fn place(
         for a in slots.first[j]..slots.first[j] + count {
             for b in 0..n {
                 if seps.get(a, b) > 0 || seps.get(b, a) > 0 {
-                    let (sa, sb) = (intervals[a].size as u64, intervals[b].size as u64);
+                    let (sa, sb) = (nodes[a].size as u64, nodes[b].size as u64);
                     seps.set(a, b, sa);
                     seps.set(b, a, sb);
                 }
             }
         }
     }
-    let sizes: Vec<usize> = intervals.iter().map(|it| it.size).collect();
+    let sizes: Vec<usize> = nodes.iter().map(|it| it.size).collect();
     let whole: Vec<u64> = sizes.iter().map(|&s| s as u64).collect();
+    let given: Vec<usize> = match variants {
+        Some(v) => v
+            .slot_of_node
+            .iter()
+            .map(|&a| given.get(a).copied().unwrap_or(0))
+            .collect(),
+        None => given.to_vec(),
+    };
     // Four orders, the lower height kept: the interval placement's
     // offsets (each slot then lands at or below where that placement put
     // it, when its conflicts are among the merged lifetimes'), largest
@@ -476,9 +545,9 @@ pub fn place(
     let mut by_offset: Vec<usize> = (0..n).collect();
     by_offset.sort_by_key(|&i| (given[i], i));
     let mut by_size: Vec<usize> = (0..n).collect();
-    by_size.sort_by_key(|&i| (std::cmp::Reverse(sizes[i]), intervals[i].lower, i));
+    by_size.sort_by_key(|&i| (std::cmp::Reverse(sizes[i]), nodes[i].lower, i));
     let mut by_start: Vec<usize> = (0..n).collect();
-    by_start.sort_by_key(|&i| (intervals[i].lower, std::cmp::Reverse(sizes[i]), i));
+    by_start.sort_by_key(|&i| (nodes[i].lower, std::cmp::Reverse(sizes[i]), i));
     let mut best = seps.first_fit(&whole, &by_offset, held);
     for order in [&by_size, &by_start].into_iter().chain(own.iter()) {
         let other = seps.first_fit(&whole, order, held);
