@@ -262,10 +262,29 @@ pub fn best_of_orders(items: &[Interval]) -> (Greedy, Vec<usize>) {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn greedy_lowest(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
+    lowest_in_sequence(items, &order.sequence(items))
+}
+
+/// [`greedy_lowest`] with the priority of `sequence` (indices into
+/// `items`, each once): of the buffers that would go lowest, the earliest
+/// in it goes first. O(n log n).
+pub(crate) fn lowest_in_sequence(items: &[Interval], sequence: &[usize]) -> Vec<usize> {
+    lowest_in_sequence_until(items, sequence, None).unwrap_or_default()
+}
+
+/// [`lowest_in_sequence`], giving up (`None`) once `deadline` has passed
+/// (the clock is read every 1024 buffers taken off the heap: a buffer goes
+/// back on it each time the skyline under it has risen, so a round may
+/// take far more than n steps).
+pub(crate) fn lowest_in_sequence_until(
+    items: &[Interval],
+    sequence: &[usize],
+    deadline: Option<Instant>,
+) -> Option<Vec<usize>> {
     let n = items.len();
     let mut offsets = vec![0usize; n];
     let mut rank = vec![0usize; n];
-    for (r, i) in order.sequence(items).into_iter().enumerate() {
+    for (r, &i) in sequence.iter().enumerate() {
         rank[i] = r;
     }
     let times = super::distinct_times(items);
@@ -275,7 +294,12 @@ pub fn greedy_lowest(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
         .filter(|&i| !items[i].is_trivial())
         .map(|i| Reverse((0, rank[i], i)))
         .collect();
+    let mut steps = 0u32;
     while let Some(Reverse((key, r, b))) = heap.pop() {
+        steps = steps.wrapping_add(1);
+        if steps.is_multiple_of(1024) && deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
+        }
         let it = &items[b];
         let (lo, hi) = (index(it.lower), index(it.upper));
         let lowest = skyline.max(lo, hi);
@@ -286,7 +310,7 @@ pub fn greedy_lowest(items: &[Interval], order: GreedyOrder) -> Vec<usize> {
         offsets[b] = lowest;
         skyline.raise(lo, hi, lowest.saturating_add(it.size));
     }
-    offsets
+    Some(offsets)
 }
 
 /// Range "raise to at least" and range maximum over `len` slots, both
