@@ -559,7 +559,6 @@ pub fn plan(
         pad,
         checked,
     };
-    let given = offsets.clone();
     let (offsets, optimal) =
         match step_conflicts::place(&intervals, &slots, &recorded, &offsets, room.held, None) {
             Some((by_steps, height))
@@ -603,7 +602,7 @@ pub fn plan(
             first: &first_slot,
             doubled: &doubled_site,
         },
-        given: &given,
+        given: &offsets,
         held: room.held,
     });
     let mut kinds = None;
