@@ -159,7 +159,8 @@ pub struct Input<'a> {
     pub intervals: &'a [Interval],
     /// How the slots relate to the sites.
     pub slots: SlotsOf<'a>,
-    /// The slots' placement by their merged lifetimes.
+    /// The one-offset plan's placement of the slots (the first of the
+    /// first-fit orders: the kinds start from the plan they must beat).
     pub given: &'a [usize],
     /// Bytes kept blocks hold.
     pub held: &'a [(u64, u64)],
@@ -198,7 +199,7 @@ struct Told {
 /// sizes the kinds of the one before do not tell (the next micro-batch of
 /// a step that accumulates batches of other shapes). `None` without one,
 /// or where the kinds tell too few of the sizes that change
-/// ([`predictive`]).
+/// ([`PREDICTIVE`]).
 fn segments(input: &Input<'_>) -> Option<Vec<Told>> {
     let Recorded { steps, maps, .. } = input.recorded;
     let n = input.sites.len();
