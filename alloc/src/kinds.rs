@@ -35,7 +35,7 @@
 use tensor_arena::plan::placement::Interval;
 
 use crate::request_phase::RequestPhase;
-use crate::site_plan::{Site, bucket, slot_for};
+use crate::site_plan::{Site, slot_for, with_room};
 use crate::step_conflicts::{self, Recorded, SlotsOf, Variants};
 
 /// The most kinds of step a deciding site tells apart.
@@ -335,11 +335,7 @@ pub fn place(input: &Input<'_>) -> Option<(Kinds, Vec<usize>, u64)> {
         match range[j].get(k).copied().flatten() {
             None => (0, 0),
             Some((lo, hi)) => {
-                let max = if lo < hi && !input.from_a_set[j] {
-                    bucket(hi)
-                } else {
-                    hi
-                };
+                let max = with_room(lo, hi, input.from_a_set[j]);
                 (slot_for(max, pad, checked), slot_for(max, pad, false) - pad)
             }
         }

@@ -234,6 +234,17 @@ pub fn bucket(size: u64) -> u64 {
     size.div_ceil(step).saturating_mul(step)
 }
 
+/// The largest request a slot takes, for requests recorded from `min` to
+/// `max` bytes: `max`, or the next bucket above it where the sizes changed
+/// and do not come from a set the steps went round ([`bucket`]).
+pub fn with_room(min: u64, max: u64, from_a_set: bool) -> u64 {
+    if min < max && !from_a_set {
+        bucket(max)
+    } else {
+        max
+    }
+}
+
 /// A site whose recorded requests are at least this many times as many
 /// as their distinct sizes draws its sizes from a set the recorded steps
 /// have gone round (buckets of sequence lengths, a few image sides): its
@@ -456,11 +467,7 @@ pub fn plan(
         // next bucket of eight per power of two (at most 12.5% more), so that
         // a somewhat longer step still fits; not one whose sizes come from
         // a set the recorded steps went round (`drawn_from_a_set`).
-        let max_size = if shape.min < shape.max && !from_a_set[i] {
-            bucket(shape.max)
-        } else {
-            shape.max
-        };
+        let max_size = with_room(shape.min, shape.max, from_a_set[i]);
         let capacity = slot_for(max_size, pad, false) - pad;
         let slot = slot_for(max_size, pad, checked);
         let unplanned = if shape.stream != stream {

@@ -8,10 +8,10 @@
 mod support;
 
 use support::cpu;
-use support::written::Written;
+use support::written::replay_written;
+use tensor_arena_alloc::Config;
 use tensor_arena_alloc::replay::ReplayConfig;
 use tensor_arena_alloc::trace::TraceEvent;
-use tensor_arena_alloc::{Config, PlannedAllocator};
 
 fn events(name: &str) -> Vec<TraceEvent> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -39,35 +39,6 @@ fn steps_of_a_few_shapes_hold_less_over_their_live_bound() {
         assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
         let ratio = p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64;
         assert!(ratio <= at_most, "{name}: {ratio:.3}x the live lower bound");
-    }
-}
-
-/// Replays `events` through `a`, every block written whole and checked
-/// at its free.
-fn replay_written(a: &mut PlannedAllocator, events: &[TraceEvent]) {
-    let mut sh = Written::default();
-    let mut live = std::collections::HashMap::new();
-    for e in events {
-        match *e {
-            TraceEvent::StepBegin => a.step_begin().expect("begin"),
-            TraceEvent::StepEnd => a.step_end().expect("end"),
-            TraceEvent::Alloc { addr, size, .. } => {
-                let got = sh.alloc(a, size.max(1));
-                if let Some(old) = live.insert(addr, got) {
-                    sh.free(a, old);
-                }
-            }
-            TraceEvent::Free { addr, .. } => {
-                if let Some(got) = live.remove(&addr) {
-                    sh.free(a, got);
-                }
-            }
-            TraceEvent::Phase(p) => a.set_request_phase(p),
-            TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
-        }
-    }
-    for (_, got) in live {
-        sh.free(a, got);
     }
 }
 

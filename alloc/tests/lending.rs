@@ -10,7 +10,7 @@
 mod support;
 
 use support::cpu;
-use support::written::Written;
+use support::written::{Written, replay_written};
 use tensor_arena_alloc::replay::ReplayConfig;
 use tensor_arena_alloc::{Config, PlannedAllocator};
 
@@ -140,38 +140,14 @@ fn pages_left_lent_past_a_steps_end_are_mapped_before_blocks_land() {
     // really unmapped), every block written whole and checked at its
     // free: a page left lent at a step's end that a later block landed on
     // unmapped would fault.
-    use tensor_arena_alloc::trace::TraceEvent;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/generated/loop-14-000.csv.gz");
     for checked in [false, true] {
         let mut a = cpu(&format!(r#""mapped_range": true, "checked": {checked}"#));
-        let mut sh = Written::default();
-        let mut live = std::collections::HashMap::new();
-        for e in support::loops::read_gz(&path) {
-            match e {
-                TraceEvent::StepBegin => a.step_begin().expect("begin"),
-                TraceEvent::StepEnd => a.step_end().expect("end"),
-                TraceEvent::Alloc { addr, size, .. } => {
-                    let got = sh.alloc(&mut a, size.max(1));
-                    if let Some(old) = live.insert(addr, got) {
-                        sh.free(&mut a, old);
-                    }
-                }
-                TraceEvent::Free { addr, .. } => {
-                    if let Some(got) = live.remove(&addr) {
-                        sh.free(&mut a, got);
-                    }
-                }
-                TraceEvent::Phase(p) => a.set_request_phase(p),
-                TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
-            }
-        }
+        replay_written(&mut a, &support::loops::read_gz(&path));
         let s = a.stats();
         assert!(s.lent_slab_bytes > 0, "nothing lent: {s:?}");
         assert_eq!(s.errors.guard_violations, 0);
-        for (_, got) in live {
-            sh.free(&mut a, got);
-        }
         assert_eq!(a.reset(), 0, "nothing leaked");
     }
 }

@@ -36,3 +36,34 @@ impl Written {
         a.free(addr);
     }
 }
+
+/// Replays a recorded trace's `events` through `a`, every block written
+/// whole when made and checked whole when freed; the blocks still live at
+/// the end are freed too.
+pub fn replay_written(a: &mut PlannedAllocator, events: &[tensor_arena_alloc::trace::TraceEvent]) {
+    use tensor_arena_alloc::trace::TraceEvent;
+    let mut sh = Written::default();
+    let mut live = std::collections::HashMap::new();
+    for e in events {
+        match *e {
+            TraceEvent::StepBegin => a.step_begin().expect("begin"),
+            TraceEvent::StepEnd => a.step_end().expect("end"),
+            TraceEvent::Alloc { addr, size, .. } => {
+                let got = sh.alloc(a, size.max(1));
+                if let Some(old) = live.insert(addr, got) {
+                    sh.free(a, old);
+                }
+            }
+            TraceEvent::Free { addr, .. } => {
+                if let Some(got) = live.remove(&addr) {
+                    sh.free(a, got);
+                }
+            }
+            TraceEvent::Phase(p) => a.set_request_phase(p),
+            TraceEvent::SegmentAlloc { .. } | TraceEvent::SegmentFree { .. } => {}
+        }
+    }
+    for (_, got) in live {
+        sh.free(a, got);
+    }
+}
