@@ -24,6 +24,11 @@ use crate::site_plan::SitePlan;
 /// 1.055 / 1.021 (p90 1.160 / 1.131 / 1.113 / 1.127 / 1.065).
 const GAP_LOOKAHEAD: usize = 32;
 
+/// Entries of [`PlannedSlab`]'s table of served blocks, at most: a
+/// power of two (the table has the positions' count rounded up to one,
+/// between 64 and this).
+const RECENT_MAX: usize = 4096;
+
 /// A served slab.
 pub struct PlannedSlab {
     /// The plan.
@@ -57,6 +62,14 @@ pub struct PlannedSlab {
     /// slot's end (the bound of its overlap query, fixed by the plan).
     end_bound: Vec<u32>,
     live: LiveSet,
+    /// Served blocks by a hash of their offset, `(offset, position)`: a
+    /// free finds its block's position in one look-up where the search of
+    /// `by_offset` (a chain of dependent loads, a fifth of the C ABI's
+    /// alloc + free pair in `benches/alloc_pair.rs`) is needed only on a
+    /// collision. An entry is trusted only while its position is live and
+    /// starts at the offset: live slots are disjoint, so that is the one
+    /// block starting there.
+    recent: Vec<(u64, u32)>,
     /// Per position: the request that holds it and its bytes.
     live_block: Vec<(Origin, u64)>,
     live_count: usize,
@@ -352,6 +365,7 @@ impl PlannedSlab {
             position,
             by_offset,
             live: LiveSet::new(n),
+            recent: vec![(u64::MAX, 0); n.next_power_of_two().clamp(64, RECENT_MAX)],
             live_block: vec![(Origin::OUTSIDE, 0); n],
             live_count: carried.len(),
             cursor: plan_entry,
@@ -528,6 +542,8 @@ impl PlannedSlab {
         }
         let addr = self.address(offset, taken).ok_or(Refusal::Straddle)?;
         self.live.insert(pos);
+        let slot = self.recent_slot(offset);
+        self.recent[slot] = (offset, pos as u32);
         self.live_block[pos] = (origin, size);
         self.live_count += 1;
         Ok((addr, taken))
@@ -721,11 +737,23 @@ impl PlannedSlab {
         offset + self.extent(self.live_block[p].1, end - offset)
     }
 
+    /// The entry of `recent` for a block at `offset` (multiply-and-shift
+    /// hashing: offsets are multiples of the alignment, their low bits
+    /// zero).
+    fn recent_slot(&self, offset: u64) -> usize {
+        let bits = self.recent.len().trailing_zeros();
+        (offset.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+
     /// The position of the live slot whose block starts at `addr`.
     fn live_position_at(&self, addr: usize) -> Option<usize> {
         // Live slots are disjoint, so the live slot starting last at or
         // below the offset is the only one that can start at it.
         let offset = self.offset_of(addr)?;
+        let (o, p) = self.recent[self.recent_slot(offset)];
+        if o == offset && self.live.contains(p as usize) {
+            return Some(p as usize);
+        }
         let hi = self.by_offset.partition_point(|&(o, _, _)| o <= offset);
         let p = self.live.predecessor(hi)?;
         (self.by_offset[p].0 == offset).then_some(p)
@@ -794,5 +822,83 @@ impl PlannedSlab {
             size,
             slot: self.block_end(p) - o,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::merge::Merger;
+    use crate::record::{FreedAt, Request, StepRecord};
+    use crate::site_plan::{Room, plan};
+
+    /// `n` blocks of a few sizes, all alive to the step's end.
+    fn step(s: u64, n: usize) -> StepRecord {
+        let requests = (0..n)
+            .map(|i| Request {
+                size: 512 * (1 + (i as u64 % 7)),
+                stream: 0,
+                phase: RequestPhase::Train,
+                freed: Some(FreedAt {
+                    step: s,
+                    clock: n as u32,
+                }),
+            })
+            .collect();
+        StepRecord {
+            step: s,
+            requests,
+            ..StepRecord::default()
+        }
+    }
+
+    #[test]
+    fn frees_find_their_blocks_with_more_blocks_than_the_table_has_entries() {
+        // More live blocks than `recent` has entries: some frees find
+        // their entry taken by another block and search `by_offset`.
+        let n = RECENT_MAX + 904;
+        let steps = [step(1, n), step(2, n)];
+        let refs: Vec<&StepRecord> = steps.iter().collect();
+        let merged = Merger::new().restrict(&refs);
+        let plan = plan(
+            &refs,
+            merged,
+            2,
+            0,
+            false,
+            Duration::from_secs(5),
+            Room::default(),
+        );
+        let base = 1 << 20;
+        let bytes = plan.slab_bytes as usize;
+        let mut slab = PlannedSlab::new(plan, base, bytes);
+        slab.begin_step();
+        let mut served = Vec::with_capacity(n);
+        for k in 0..n {
+            let origin = Origin {
+                step: 3,
+                k: k as u32,
+            };
+            let size = 512 * (1 + (k as u64 % 7));
+            let (addr, _) = slab
+                .serve(origin, size, 0, RequestPhase::Train)
+                .expect("served from the plan");
+            served.push((addr, slab.last_site, k as u32));
+        }
+        assert!(slab.recent.len() < n);
+        // Freed in a scrambled order: a stride of 7 visits every index
+        // once, 7 being prime and not a factor of `n`.
+        assert_ne!(n % 7, 0);
+        for j in 0..n {
+            let (addr, site, k) = served[(j * 7) % n];
+            // Not a block's start: nothing is freed.
+            assert!(slab.free(addr + 256).is_none());
+            let block = slab.free(addr).expect("a live block starts there");
+            assert_eq!((block.site, block.origin.k), (Some(site as usize), k));
+            assert!(slab.free(addr).is_none(), "freed twice");
+        }
+        assert_eq!(slab.live_count, 0);
     }
 }
