@@ -164,6 +164,9 @@ pub struct Input<'a> {
     pub given: &'a [usize],
     /// Bytes kept blocks hold.
     pub held: &'a [(u64, u64)],
+    /// Whether the placement searches first-fit orders
+    /// ([`step_conflicts::place`]).
+    pub search: bool,
 }
 
 /// Whether `sizes` (one per recorded step, `None` where a step did not
@@ -400,6 +403,7 @@ pub fn place(input: &Input<'_>) -> Option<(Kinds, Vec<usize>, u64)> {
         input.given,
         input.held,
         Some(&variants),
+        input.search,
     )?;
     let slots_by_site = (0..sites.len())
         .map(|j| {

@@ -566,15 +566,31 @@ pub fn plan(
         pad,
         checked,
     };
-    let (offsets, optimal) =
-        match step_conflicts::place(&intervals, &slots, &recorded, &offsets, room.held, None) {
-            Some((by_steps, height))
-                if !room.held.is_empty() || height < placement::height(&intervals, &offsets) =>
-            {
-                (by_steps, false)
+    // The first plan (no region serving yet) is polished by a search over
+    // first-fit orders; its choices (this one, the kinds') are made on
+    // the placements before that search, as for every re-plan.
+    let search = room.capacity.is_none();
+    let place_by_steps = |search| {
+        step_conflicts::place(
+            &intervals, &slots, &recorded, &offsets, room.held, None, search,
+        )
+    };
+    // `chosen`: the placement the choices are made on; `offsets`: the
+    // one the plan takes (the same, or the searched one where lower).
+    let (chosen, offsets, optimal) = match place_by_steps(false) {
+        Some((by_steps, height))
+            if !room.held.is_empty() || height < placement::height(&intervals, &offsets) =>
+        {
+            match search.then(|| place_by_steps(true)).flatten() {
+                Some((searched, lower)) if searched_keeps(lower as u64, height as u64) => {
+                    (by_steps, searched, false)
+                }
+                _ => (by_steps.clone(), by_steps, false),
             }
-            _ => (offsets, optimal),
-        };
+        }
+        _ => (offsets.clone(), offsets, optimal),
+    };
+    let chosen_height = placement::height(&intervals, &chosen) as u64;
     let placement_seconds = start.elapsed().as_secs_f64();
     let slab_bytes = placement::height(&intervals, &offsets) as u64;
     assign(&mut sites, &offsets);
@@ -598,7 +614,7 @@ pub fn plan(
     // Steps of a few shapes: one slot per kind of step where that is
     // lower (kinds.rs).
     let carried: Vec<bool> = lives.iter().map(|l| l.carried || l.doubled).collect();
-    let by_kind = kinds::place(&kinds::Input {
+    let kinds_input = |search| kinds::Input {
         recorded,
         sites: &sites,
         sequences: &sequences,
@@ -609,15 +625,24 @@ pub fn plan(
             first: &first_slot,
             doubled: &doubled_site,
         },
-        given: &offsets,
+        given: &chosen,
         held: room.held,
-    });
+        search,
+    };
+    let by_kind = kinds::place(&kinds_input(false));
     let mut kinds = None;
     let mut slab_bytes = slab_bytes;
     if let Some((by_kind, offsets, height)) = by_kind
         && height.saturating_mul(KINDS_KEEP_BELOW.1)
-            <= slab_bytes.saturating_mul(KINDS_KEEP_BELOW.0)
+            <= slab_bytes
+                .max(chosen_height)
+                .saturating_mul(KINDS_KEEP_BELOW.0)
     {
+        let (by_kind, offsets, height) =
+            match search.then(|| kinds::place(&kinds_input(true))).flatten() {
+                Some(searched) if searched_keeps(searched.2, height) => searched,
+                _ => (by_kind, offsets, height),
+            };
         assign(&mut sites, &offsets);
         slab_bytes = height;
         kinds = Some(by_kind);
@@ -662,6 +687,20 @@ pub fn plan(
 /// The kinds' placement is kept when its height is at most this fraction
 /// of the one-offset plan's.
 const KINDS_KEEP_BELOW: (u64, u64) = (95, 100);
+
+/// The first plan's searched placement is kept only where it is at
+/// least this much lower (numerator, denominator) than the placement it
+/// started from: it packs tighter by sharing bytes between sites no
+/// recorded step had alive together, which a later step that pairs them
+/// turns into misses; a gain under 1% did not pay for that (see
+/// docs/allocator.md, "Issue 38: the first plan searched").
+const SEARCH_KEEP_BELOW: (u64, u64) = (99, 100);
+
+/// Whether a searched placement of `height` is kept over one of
+/// `before` ([`SEARCH_KEEP_BELOW`]).
+fn searched_keeps(height: u64, before: u64) -> bool {
+    height.saturating_mul(SEARCH_KEEP_BELOW.1) <= before.saturating_mul(SEARCH_KEEP_BELOW.0)
+}
 
 /// Re-places `sites` with one offset per step parity (parity.rs) when
 /// that is lower than `height`, the one-offset plan's: each site's offset
