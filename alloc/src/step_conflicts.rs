@@ -414,6 +414,21 @@ pub fn place(
         .iter()
         .map(|rec| !steps.iter().any(|r| r.step + 1 == rec.step))
         .collect();
+    // Per orphan step, per site: where the step made its first request
+    // there (`usize::MAX`: none).
+    let first_at: Vec<Vec<usize>> = steps
+        .iter()
+        .enumerate()
+        .map(|(f, _)| {
+            let mut at = vec![usize::MAX; if orphan[f] { sites } else { 0 }];
+            for (k, &j) in maps[f].iter().enumerate() {
+                if let Some(a) = at.get_mut(j as usize) {
+                    *a = (*a).min(k);
+                }
+            }
+            at
+        })
+        .collect();
     let frame_bytes: Vec<u64> = steps
         .iter()
         .map(|r| {
@@ -485,6 +500,11 @@ pub fn place(
                         let len = steps[f].requests.len().max(1);
                         let small = bytes.saturating_mul(SMALL_CARRIED) <= frame_bytes[f];
                         let upto = if small { len } else { latest_free.min(len) };
+                        // A step that makes its own request at the site
+                        // had the carried block freed by then: one slot
+                        // cannot hold both (a doubled site has two, and is
+                        // placed by its merged lifetime instead).
+                        let upto = upto.min(first_at[f].get(j).copied().unwrap_or(usize::MAX));
                         t.push((0, upto, slot, bytes));
                     }
                 }
