@@ -7,30 +7,15 @@
 
 mod support;
 
-use support::cpu;
-use support::written::replay_written;
-use tensor_arena_alloc::Config;
-use tensor_arena_alloc::replay::{self, ReplayConfig};
-use tensor_arena_alloc::trace::TraceEvent;
-
-fn events(name: &str) -> Vec<TraceEvent> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/data/generated/{name}.csv.gz"));
-    support::loops::read_gz(&path)
-}
+use support::written::replay_written_both_modes;
+use support::{generated, replay_default};
 
 #[test]
 fn a_searched_first_plan_lowers_the_runs_peak() {
     // Without the search: loop-15-004 1.066x, loop-13-039 1.112x the live
     // lower bound (with it 1.030x and 1.064x).
     for (name, at_most) in [("loop-15-004", 1.05), ("loop-13-039", 1.09)] {
-        let config = ReplayConfig {
-            policy: Config::default(),
-            capacity: None,
-        };
-        let p = replay::replay(&events(name), &config).expect("replay");
-        let s = &p.stats;
-        assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+        let p = replay_default(&generated(name));
         let ratio = p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64;
         assert!(ratio <= at_most, "{name}: {ratio:.3}x the live lower bound");
     }
@@ -39,13 +24,6 @@ fn a_searched_first_plan_lowers_the_runs_peak() {
 #[test]
 fn blocks_of_a_searched_plan_never_share_bytes() {
     for name in ["loop-15-004", "loop-13-039"] {
-        for checked in [false, true] {
-            let mut a = cpu(&format!(r#""checked": {checked}"#));
-            replay_written(&mut a, &events(name));
-            let s = a.stats();
-            assert_eq!(s.phase, "serving", "{name}");
-            assert_eq!(s.errors.guard_violations, 0, "{name}");
-            assert_eq!(a.reset(), 0, "{name}: nothing leaked");
-        }
+        replay_written_both_modes(&generated(name));
     }
 }

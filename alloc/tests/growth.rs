@@ -119,13 +119,7 @@ fn a_growing_run_is_planned_from_its_latest_step_not_from_a_merge_of_all() {
 /// default policy: its whole-run peak reserved and its live lower bound,
 /// after checking that nothing was freed twice or unknown.
 fn replay_generated(name: &str) -> (u64, u64) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/data/generated/{name}.csv.gz"));
-    let events = support::loops::read_gz(&path);
-    let p = tensor_arena_alloc::replay::replay(&events, &Default::default()).expect("replay");
-    let s = &p.stats;
-    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
-    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    let p = support::replay_default(&support::generated(name));
     (p.peak_reserved_bytes, p.live_lower_bound_bytes)
 }
 

@@ -7,17 +7,8 @@
 
 mod support;
 
-use support::cpu;
-use support::written::replay_written;
-use tensor_arena_alloc::Config;
-use tensor_arena_alloc::replay::ReplayConfig;
-use tensor_arena_alloc::trace::TraceEvent;
-
-fn events(name: &str) -> Vec<TraceEvent> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/data/generated/{name}.csv.gz"));
-    support::loops::read_gz(&path)
-}
+use support::written::replay_written_both_modes;
+use support::{generated, replay_default};
 
 #[test]
 fn steps_of_a_few_shapes_hold_less_over_their_live_bound() {
@@ -30,13 +21,7 @@ fn steps_of_a_few_shapes_hold_less_over_their_live_bound() {
         ("loop-14-006", 1.17),
         ("loop-14-021", 1.20),
     ] {
-        let config = ReplayConfig {
-            policy: Config::default(),
-            capacity: None,
-        };
-        let p = tensor_arena_alloc::replay::replay(&events(name), &config).expect("replay");
-        let s = &p.stats;
-        assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
+        let p = replay_default(&generated(name));
         let ratio = p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64;
         assert!(ratio <= at_most, "{name}: {ratio:.3}x the live lower bound");
     }
@@ -45,13 +30,6 @@ fn steps_of_a_few_shapes_hold_less_over_their_live_bound() {
 #[test]
 fn blocks_served_by_kind_never_share_bytes() {
     for name in ["loop-13-022", "loop-14-006", "loop-14-021"] {
-        for checked in [false, true] {
-            let mut a = cpu(&format!(r#""checked": {checked}"#));
-            replay_written(&mut a, &events(name));
-            let s = a.stats();
-            assert_eq!(s.phase, "serving", "{name}");
-            assert_eq!(s.errors.guard_violations, 0, "{name}");
-            assert_eq!(a.reset(), 0, "{name}: nothing leaked");
-        }
+        replay_written_both_modes(&generated(name));
     }
 }

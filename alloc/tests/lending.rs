@@ -11,7 +11,6 @@ mod support;
 
 use support::cpu;
 use support::written::{Written, replay_written};
-use tensor_arena_alloc::replay::ReplayConfig;
 use tensor_arena_alloc::{Config, PlannedAllocator};
 
 /// Weights made before the first step (bytes).
@@ -67,24 +66,15 @@ fn step(a: &mut PlannedAllocator, sh: &mut Written, scale: usize) {
 /// default policy with lending on or off: its whole-run peak reserved, its
 /// live lower bound and the bytes lent.
 fn replay_generated(name: &str, lend: bool) -> (u64, u64, u64) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/data/generated/{name}.csv.gz"));
-    let events = support::loops::read_gz(&path);
-    let config = ReplayConfig {
-        policy: Config {
-            lend_slab_pages: lend,
-            ..Config::default()
-        },
-        capacity: None,
+    let policy = Config {
+        lend_slab_pages: lend,
+        ..Config::default()
     };
-    let p = tensor_arena_alloc::replay::replay(&events, &config).expect("replay");
-    let s = &p.stats;
-    assert_eq!(s.errors.double_free + s.errors.unknown_free, 0);
-    assert!(p.peak_reserved_bytes >= p.live_lower_bound_bytes);
+    let p = support::replay_with(&support::generated(name), policy);
     (
         p.peak_reserved_bytes,
         p.live_lower_bound_bytes,
-        s.lent_slab_bytes,
+        p.stats.lent_slab_bytes,
     )
 }
 
@@ -140,8 +130,7 @@ fn pages_left_lent_past_a_steps_end_are_mapped_before_blocks_land() {
     // really unmapped), every block written whole and checked at its
     // free: a page left lent at a step's end that a later block landed on
     // unmapped would fault.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/generated/loop-14-000.csv.gz");
+    let path = support::generated("loop-14-000");
     for checked in [false, true] {
         let mut a = cpu(&format!(r#""mapped_range": true, "checked": {checked}"#));
         replay_written(&mut a, &support::loops::read_gz(&path));

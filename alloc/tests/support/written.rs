@@ -67,3 +67,18 @@ pub fn replay_written(a: &mut PlannedAllocator, events: &[tensor_arena_alloc::tr
         sh.free(a, got);
     }
 }
+
+/// The trace at `path` replayed on host pages through
+/// [`replay_written`], checked mode off and on: the allocator ends
+/// serving, with no guard violation and nothing leaked.
+pub fn replay_written_both_modes(path: &std::path::Path) {
+    let events = super::loops::read_gz(path);
+    for checked in [false, true] {
+        let mut a = super::cpu(&format!(r#""checked": {checked}"#));
+        replay_written(&mut a, &events);
+        let s = a.stats();
+        assert_eq!(s.phase, "serving", "{path:?}");
+        assert_eq!(s.errors.guard_violations, 0, "{path:?}");
+        assert_eq!(a.reset(), 0, "{path:?}: nothing leaked");
+    }
+}
