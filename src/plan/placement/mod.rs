@@ -65,6 +65,7 @@ mod hot;
 mod layers;
 mod levels;
 mod lookahead;
+mod pair;
 mod periodic;
 mod reorder;
 mod search;

@@ -12,6 +12,7 @@ use super::decompose::{exact_pieces, near_split, repeats, set_bases};
 use super::hot::hot_levels_tried;
 use super::levels::levels_best_fit;
 use super::lookahead::best_lookahead;
+use super::pair;
 use super::periodic;
 use super::reorder::{lowest_orders, reorder};
 use super::start_fit::start_best_fit;
@@ -378,6 +379,9 @@ fn solve_at(
     // placed it (the same first placement `solve_whole` would compute).
     let mut first = None;
     let mut is_copies = false;
+    // The lowest placement of the base the copies' gate found (for the
+    // pairs below).
+    let mut base_placed = None;
     // Two overlapping copies of few buffers: the exact search on the whole
     // stops above what it reaches on the upper layer alone (`layers.rs`;
     // two copies of D a quarter span apart, 426 buffers: 1.075x the load
@@ -385,21 +389,45 @@ fn solve_at(
     // keeps a share of the time for them. Not for more copies: with four,
     // the share taken from the rest raised D x4 half overlapping from
     // 1.079x to 1.085x (docs/planner.md, ninth pass).
-    let layered = depth == 0
+    let two = if depth == 0
         && strategy.kind == StrategyKind::Auto
         && items.len() <= layers::LAYERS_BUFFERS_MAX
-        && copies::detect(items).is_some_and(|found| found.count == 2 && found.alive(items) >= 2);
+    {
+        copies::detect(items).filter(|found| found.count == 2 && found.alive(items) >= 2)
+    } else {
+        None
+    };
+    let layered = two.is_some();
+    // Two copies at least a quarter span apart are also placed with one
+    // copy held and the other searched around it (`pair.rs`), which needs
+    // more of the time (below). Not where they lie nearly on each other:
+    // two copies of D a tenth of a span apart came out 1.0598x with it,
+    // 1.0456-1.0587x without (docs/planner.md, twelfth pass).
+    let paired = two.filter(|found| found.alive(items) <= PAIR_ALIVE_MAX);
     // The deadline of the whole, kept for the layers.
     let deadline = start.checked_add(strategy.time_limit);
     let reserved;
     let strategy = if layered {
-        reserved = strategy.with_time_limit(strategy.time_limit.mul_f64(1.0 - LAYERS_SHARE));
+        let kept = if paired.is_some() {
+            PAIRED_SHARE
+        } else {
+            LAYERS_SHARE
+        };
+        reserved = strategy.with_time_limit(strategy.time_limit.mul_f64(1.0 - kept));
         &reserved
     } else {
         strategy
     };
     let stacked = if strategy.kind == StrategyKind::Auto && depth < MAX_DEPTH {
-        stacked_copies(items, strategy, start, depth, &mut first, &mut is_copies)
+        stacked_copies(
+            items,
+            strategy,
+            start,
+            depth,
+            &mut first,
+            &mut is_copies,
+            &mut base_placed,
+        )
     } else {
         None
     };
@@ -435,6 +463,26 @@ fn solve_at(
         && solution.height > solution.proven_bound.max(target)
         && (strategy.capacity.is_none() || !solution.fits || strategy.minimize)
     {
+        // Two copies: one held at placements of the base, the other
+        // searched around it (`pair.rs`), with a share of the time left.
+        if let Some(found) = &paired
+            && let Some(base_offsets) = &base_placed
+        {
+            let until = deadline.map(|d| {
+                let now = Instant::now();
+                now + d.saturating_duration_since(now).mul_f64(PAIR_SHARE)
+            });
+            if let Some((h, offsets)) =
+                pair::around_held_copy(items, found, base_offsets, PAIR_NODES, until)
+                && h < solution.height
+            {
+                solution.height = h;
+                solution.offsets = offsets;
+                solution.fits = strategy.capacity.is_none_or(|c| h <= c);
+                solution.optimal = h <= solution.proven_bound;
+                solution.greedy = None;
+            }
+        }
         let nodes = strategy.node_limit.unwrap_or(POLISH_NODES);
         if layers::lower_by_layers(items, &mut solution.offsets, deadline, nodes) {
             let h = height(items, &solution.offsets);
@@ -446,6 +494,25 @@ fn solve_at(
     }
     solution
 }
+
+/// The share of the time left after the whole's search that
+/// [`pair::around_held_copy`] may take (the layers get the rest).
+const PAIR_SHARE: f64 = 0.5;
+
+/// Search nodes [`pair::around_held_copy`] may spend in all (two copies
+/// of F a quarter span apart: below four copies' 1.0102x the load bound
+/// after about 384,000, at it after about 3.5 million).
+const PAIR_NODES: u64 = 2_000_000;
+
+/// Two copies with more alive at once (a shorter step against the base's
+/// span) are not paired.
+const PAIR_ALIVE_MAX: usize = 4;
+
+/// The share of the time limit kept for the pairs and the layers on two
+/// copies that are paired (with 0.6 two copies of D a quarter span apart
+/// came out at 1.0470x and half a span 1.0552x, with 0.7 1.0470x and
+/// 1.0434x, with 0.8 1.0582x and 1.0541x; one run each, loaded machine).
+const PAIRED_SHARE: f64 = 0.7;
 
 /// The share of the time limit kept for [`layers::lower_by_layers`] on two
 /// overlapping copies of at most [`layers::LAYERS_BUFFERS_MAX`] buffers.
@@ -487,6 +554,7 @@ fn stacked_copies(
     depth: u32,
     start_fit: &mut Option<Vec<usize>>,
     is_copies: &mut bool,
+    base_placed: &mut Option<Vec<usize>>,
 ) -> Option<Vec<usize>> {
     if items.len() > STACK_BUFFERS_MAX {
         return None;
@@ -552,6 +620,7 @@ fn stacked_copies(
         let fit = solve_at(&base, &base_strategy, Instant::now(), 0, depth + 1);
         best = stack(&fit.offsets);
         at_bound = fit.height <= bound;
+        *base_placed = Some(fit.offsets);
     }
     // Each base placement stacks differently (where the load is not flat,
     // the shape of its upper edge matters more than its height): the
@@ -563,6 +632,12 @@ fn stacked_copies(
             && best.as_ref().is_none_or(|b| other.0 < b.0)
         {
             best = Some(other);
+        }
+        if base_placed
+            .as_ref()
+            .is_none_or(|o| min.height < height(&base, o))
+        {
+            *base_placed = Some(min.offsets);
         }
     }
     // Placements whose copies interleave (`periodic.rs`), where the stack
@@ -1260,8 +1335,16 @@ mod tests {
         // take wall time from it, and a 60 s cap once left the base's
         // search a few seconds (a CI run with other work on the machine).
         let strategy = Strategy::default().with_time_limit(Duration::from_secs(600));
-        let offsets = stacked_copies(&items, &strategy, Instant::now(), 0, &mut None, &mut false)
-            .expect("copies above 2^17 buffers are stacked");
+        let offsets = stacked_copies(
+            &items,
+            &strategy,
+            Instant::now(),
+            0,
+            &mut None,
+            &mut false,
+            &mut None,
+        )
+        .expect("copies above 2^17 buffers are stacked");
         validate(&items, &offsets, None).unwrap();
         assert!(height(&items, &offsets) <= 2 * lower_bound(&one));
     }
