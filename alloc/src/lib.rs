@@ -88,6 +88,7 @@ pub mod request_phase;
 mod site_plan;
 mod slab;
 pub mod space;
+mod squeaky;
 mod stats;
 mod step_conflicts;
 pub mod trace;

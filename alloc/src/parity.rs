@@ -107,43 +107,25 @@ const KEEP_BELOW: (u64, u64) = (99, 100);
 fn improve(
     lives: &[Life],
     conflicts: &Conflicts,
-    mut order: Vec<usize>,
+    order: Vec<usize>,
     greedy: &(Vec<u64>, u64),
     held: &[(u64, u64)],
 ) -> Option<(Vec<u64>, u64)> {
     let size = |v: usize| lives[v / 2].size;
     let visits: usize = conflicts.0.iter().map(Vec::len).sum::<usize>() + order.len();
     let rounds = (IMPROVE_WORK / visits.max(1)).min(IMPROVE_ROUNDS);
-    let mut current = greedy.clone();
-    let mut best: Option<(Vec<u64>, u64)> = None;
     let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64 ^ order.len() as u64);
-    let mut draw = |below: usize| next(below as u64) as usize;
-    for _ in 0..rounds {
-        let tops: Vec<usize> = order
-            .iter()
-            .enumerate()
-            .filter(|&(_, &v)| current.0[v] + size(v) == current.1)
-            .map(|(p, _)| p)
-            .collect();
-        let Some(&at) = tops.get(draw(tops.len())) else {
-            break;
-        };
-        if at == 0 {
-            continue;
-        }
-        let mut next = order.clone();
-        let v = next.remove(at);
-        next.insert(draw(at), v);
-        let placed = first_fit(lives, conflicts, &next, held);
-        if placed.1 <= current.1 {
-            order = next;
-            current = placed;
-            if current.1 < best.as_ref().map_or(greedy.1, |b| b.1) {
-                best = Some(current.clone());
-            }
-        }
-    }
-    best
+    let best = crate::squeaky::rounds(
+        order,
+        greedy.clone(),
+        rounds,
+        |below: usize| next(below as u64) as usize,
+        |placed: &(Vec<u64>, u64), v| placed.0[v] + size(v) == placed.1,
+        |placed| placed.1,
+        |order| first_fit(lives, conflicts, order, held),
+        crate::squeaky::WhenFirst::Skip,
+    );
+    (best.1 < greedy.1).then_some(best)
 }
 
 /// A xorshift generator from `state` (not zero): each call gives a number

@@ -606,13 +606,13 @@ fn search_orders(
     seps: &Separations,
     whole: &[u64],
     held: &[(u64, u64)],
-    mut order: Vec<usize>,
+    order: Vec<usize>,
     start: (Vec<usize>, usize),
 ) -> (Vec<usize>, usize) {
     let n = order.len() as u64;
     let tries = (ORDER_SEARCH_WORK / (n * n).max(1)).min(ORDER_SEARCH_TRIES);
     let mut rng = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = move |bound: usize| -> usize {
+    let next = move |bound: usize| -> usize {
         // splitmix64
         rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = rng;
@@ -620,37 +620,20 @@ fn search_orders(
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         ((z ^ (z >> 31)) % bound.max(1) as u64) as usize
     };
-    let mut current = start.clone();
-    let mut best = start;
-    let mut at_top: Vec<usize> = Vec::new();
-    for _ in 0..tries {
-        at_top.clear();
-        at_top.extend((0..order.len()).filter(|&p| {
-            let i = order[p];
-            whole[i] > 0 && current.0[i] as u64 + whole[i] == current.1 as u64
-        }));
-        let Some(&p) = at_top.get(next(at_top.len())) else {
-            break;
-        };
-        if p == 0 {
-            // The slot picked is already first in the order: it has no
-            // earlier place to go, and the search ends there (its
-            // figures in docs/allocator.md were measured so).
-            break;
-        }
-        let mut candidate = order.clone();
-        let slot = candidate.remove(p);
-        candidate.insert(next(p), slot);
-        let placed = seps.first_fit(whole, &candidate, held);
-        if placed.1 <= current.1 {
-            if placed.1 < best.1 {
-                best = placed.clone();
-            }
-            current = placed;
-            order = candidate;
-        }
-    }
-    best
+    // A slot drawn that is already first in the order ends the search
+    // (its figures in docs/allocator.md were measured so).
+    crate::squeaky::rounds(
+        order,
+        start,
+        tries as usize,
+        next,
+        |placed: &(Vec<usize>, usize), i| {
+            whole[i] > 0 && placed.0[i] as u64 + whole[i] == placed.1 as u64
+        },
+        |placed| placed.1 as u64,
+        |order| seps.first_fit(whole, order, held),
+        crate::squeaky::WhenFirst::Stop,
+    )
 }
 
 #[cfg(test)]
