@@ -252,15 +252,9 @@ mod tests {
     use std::time::Duration;
 
     use super::super::copies::detect;
-    use super::super::test_support::{iv, xorshift};
+    use super::super::test_support::{iv, public, xorshift};
     use super::super::{GreedyOrder, greedy, lower_bound, search};
     use super::*;
-
-    fn public(path: &str) -> Vec<Interval> {
-        let path = format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).unwrap();
-        crate::plan::minimalloc::parse(&text).unwrap().buffers
-    }
 
     #[test]
     fn two_copies_of_f_a_quarter_span_apart_come_below_four() {

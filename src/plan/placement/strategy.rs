@@ -1181,7 +1181,7 @@ fn solve_whole(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::iv;
+    use super::super::test_support::{iv, public};
     use super::super::validate;
     use super::*;
 
@@ -1313,12 +1313,6 @@ mod tests {
         assert_eq!(tight.search_status, Some(SearchStatus::Infeasible));
         assert!(!tight.fits);
         validate(&items, &tight.offsets, None).unwrap();
-    }
-
-    fn public(path: &str) -> Vec<Interval> {
-        let path = format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).unwrap();
-        crate::plan::minimalloc::parse(&text).unwrap().buffers
     }
 
     #[test]

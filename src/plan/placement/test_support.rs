@@ -18,3 +18,13 @@ pub(crate) fn xorshift(seed: u64) -> impl FnMut(u64) -> usize {
         (x % m) as usize
     }
 }
+
+/// The buffers of a public instance under `tests/data/` (MiniMalloc's CSV
+/// format), e.g. `minimalloc/F.1048576.csv`.
+pub(crate) fn public(path: &str) -> Vec<Interval> {
+    let path = format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("a checked-in instance");
+    crate::plan::minimalloc::parse(&text)
+        .expect("a valid instance")
+        .buffers
+}
