@@ -260,7 +260,7 @@ fn search_layer_held(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{iv, xorshift};
+    use super::super::test_support::{iv, random_items, xorshift};
     use super::*;
 
     #[test]
@@ -298,12 +298,8 @@ mod tests {
         let mut draw = xorshift(0x2545_f491_4f6c_dd1du64);
         let mut next = move |m: usize| draw(m as u64);
         for _ in 0..30 {
-            let items: Vec<Interval> = (0..5 + next(40))
-                .map(|_| {
-                    let lower = next(30);
-                    iv(lower, lower + 1 + next(12), 1 + next(16))
-                })
-                .collect();
+            let count = 5 + next(40);
+            let items = random_items(&mut next, count, 30, 12, 16);
             let mut offsets = super::super::greedy(&items, super::super::GreedyOrder::Start);
             let before = height(&items, &offsets);
             let deadline = Instant::now().checked_add(Duration::from_secs(10));

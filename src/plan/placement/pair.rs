@@ -252,7 +252,7 @@ mod tests {
     use std::time::Duration;
 
     use super::super::copies::detect;
-    use super::super::test_support::{iv, public, xorshift};
+    use super::super::test_support::{public, random_items, xorshift};
     use super::super::{GreedyOrder, greedy, lower_bound, search};
     use super::*;
 
@@ -294,12 +294,8 @@ mod tests {
         let mut draw = xorshift(0x2545_f491_4f6c_dd1du64);
         let mut next = move |m: usize| draw(m as u64);
         for _ in 0..40 {
-            let base: Vec<Interval> = (0..4 + next(30))
-                .map(|_| {
-                    let lower = next(30);
-                    iv(lower, lower + 1 + next(12), 1 + next(16))
-                })
-                .collect();
+            let count = 4 + next(30);
+            let base = random_items(&mut next, count, 30, 12, 16);
             let shift = 0.25 + 0.25 * next(3) as f64;
             let items = crate::plan::families::copies(&base, 2, shift);
             let Some(found) = detect(&items) else {

@@ -198,7 +198,7 @@ fn squeaky_first(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::iv;
+    use super::super::test_support::{iv, random_items};
     use super::super::{greedy, lower_bound, validate};
     use super::*;
 
@@ -247,12 +247,8 @@ mod tests {
             (state % m as u64) as usize
         };
         for _ in 0..40 {
-            let items: Vec<Interval> = (0..5 + next(60))
-                .map(|_| {
-                    let l = next(40);
-                    iv(l, l + 1 + next(10), 1 + next(20))
-                })
-                .collect();
+            let count = 5 + next(60);
+            let items = random_items(&mut next, count, 40, 10, 20);
             let (h, offsets) = lowest_orders(&items, None).unwrap();
             validate(&items, &offsets, None).unwrap();
             assert_eq!(h, height(&items, &offsets));

@@ -472,7 +472,7 @@ fn gcd(mut a: usize, mut b: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{iv, xorshift};
+    use super::super::test_support::{iv, random_items, xorshift};
     use super::*;
 
     #[test]
@@ -589,12 +589,8 @@ mod tests {
         let mut draw = xorshift(0x9e37_79b9_7f4a_7c15u64);
         let mut next = move |m: usize| draw(m as u64);
         for _ in 0..40 {
-            let items: Vec<Interval> = (0..3 + next(30))
-                .map(|_| {
-                    let lower = next(20);
-                    iv(lower, lower + 1 + next(10), 1 + next(12))
-                })
-                .collect();
+            let count = 3 + next(30);
+            let items = random_items(&mut next, count, 20, 10, 12);
             let incumbent = greedy(&items, GreedyOrder::Start);
             // Releases at or below the incumbent's offsets, so it respects them.
             let release: Vec<usize> = incumbent.iter().map(|&o| o - next(o + 1)).collect();

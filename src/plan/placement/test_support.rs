@@ -28,3 +28,22 @@ pub(crate) fn public(path: &str) -> Vec<Interval> {
         .expect("a valid instance")
         .buffers
 }
+
+/// `count` random buffers from `next` (a number below its argument): each
+/// starts below `starts`, lives 1 to `lengths` and is 1 to `sizes` bytes,
+/// drawn in that order.
+pub(crate) fn random_items(
+    next: &mut impl FnMut(usize) -> usize,
+    count: usize,
+    starts: usize,
+    lengths: usize,
+    sizes: usize,
+) -> Vec<Interval> {
+    (0..count)
+        .map(|_| {
+            let lower = next(starts);
+            let upper = lower + 1 + next(lengths);
+            iv(lower, upper, 1 + next(sizes))
+        })
+        .collect()
+}
