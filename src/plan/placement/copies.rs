@@ -27,6 +27,7 @@
 //! peaked load makes rigid blocks a poor fit anyway).
 
 use super::Interval;
+use super::search::gcd;
 
 /// At most this many copies alive at once (more means a step tiny against
 /// the span; stacking is skipped).
@@ -149,10 +150,6 @@ pub(super) fn detect(items: &[Interval]) -> Option<Copies> {
         }
     }
     None
-}
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// The chains of `count` copies `step` apart, peeled from the earliest

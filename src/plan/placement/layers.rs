@@ -34,7 +34,7 @@
 use std::time::{Duration, Instant};
 
 use super::search::{search_above, search_held};
-use super::{Interval, SearchConfig, height, validate};
+use super::{Interval, SearchConfig, height, time_left, validate};
 
 /// Levels, as fractions of the height, below which buffers are held.
 const LEVELS: [f64; 7] = [0.9, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2];
@@ -84,9 +84,7 @@ pub(super) fn lower_by_layers(
         for _ in 0..PASSES {
             let mut lowered = false;
             for f in LEVELS {
-                let left = deadline.map_or(Duration::MAX, |d| {
-                    d.saturating_duration_since(Instant::now())
-                });
+                let left = time_left(deadline);
                 if left.is_zero() {
                     return h < start_height;
                 }
@@ -110,9 +108,7 @@ pub(super) fn lower_by_layers(
                 if !held {
                     continue;
                 }
-                let left = deadline.map_or(Duration::MAX, |d| {
-                    d.saturating_duration_since(Instant::now())
-                });
+                let left = time_left(deadline);
                 if left.is_zero() {
                     return h < start_height;
                 }

@@ -149,6 +149,14 @@ pub fn lower_bound(items: &[Interval]) -> usize {
     best
 }
 
+/// The time left until `deadline` (unbounded without one, zero once it
+/// passed): the time limit of a search that must end by then.
+pub(super) fn time_left(deadline: Option<std::time::Instant>) -> std::time::Duration {
+    deadline.map_or(std::time::Duration::MAX, |d| {
+        d.saturating_duration_since(std::time::Instant::now())
+    })
+}
+
 /// Height of a placement: the largest `offset + size`.
 ///
 /// ```

@@ -31,8 +31,8 @@
 use std::time::Instant;
 
 use super::copies::{Copies, settle};
-use super::search::{search_above, search_held};
-use super::{Interval, SearchConfig, height, validate};
+use super::search::{gcd, search_above, search_held};
+use super::{Interval, SearchConfig, height, time_left, validate};
 
 /// Nodes of each search for another placement of the base.
 const BASE_NODES: u64 = 5_000;
@@ -48,10 +48,6 @@ const RELEASE_SHARE: u64 = 200; // per 10,000
 
 /// The seed of the random releases.
 const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
 
 /// A valid placement of `items` with every buffer at or above its
 /// `release`: in decreasing size order, each at the lowest offset at or
@@ -148,12 +144,6 @@ fn other_around(
         .is_ok()
         .then(|| (height(items, &offsets), offsets));
     (placed, out.nodes)
-}
-
-fn time_left(deadline: Option<Instant>) -> std::time::Duration {
-    deadline.map_or(std::time::Duration::MAX, |d| {
-        d.saturating_duration_since(Instant::now())
-    })
 }
 
 /// The lowest placement of two overlapping copies (`found.count == 2`)

@@ -463,7 +463,9 @@ fn sweep_floor_bound(sweep: &Sweep, release: &[usize]) -> usize {
         .unwrap_or(0)
 }
 
-fn gcd(mut a: usize, mut b: usize) -> usize {
+/// The greatest common divisor (`gcd(0, b) == b`): the step of a set of
+/// sizes.
+pub(super) fn gcd(mut a: usize, mut b: usize) -> usize {
     while b != 0 {
         (a, b) = (b, a % b);
     }
