@@ -66,6 +66,44 @@ def test_the_trace_figures_follow_the_segment_lines_and_the_new_live_peaks():
     assert f["new_peak_step_ratio_max"] == pytest.approx(9216 / 3072)
 
 
+def _runner():
+    """The runner's module (``__main__.py``), imported by path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generated_loops_runner", GEN / "__main__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_distribution_is_split_by_the_size_of_the_live_lower_bound():
+    runner = _runner()
+    mib = 2**20
+    assert runner.bound_class(None) is None and runner.bound_class(0) is None
+    assert runner.bound_class(mib - 1) == "0-1 MiB"
+    assert runner.bound_class(mib) == "1-2 MiB"  # a lower edge belongs to its class
+    assert runner.bound_class(8 * mib - 1) == "2-8 MiB"
+    assert runner.bound_class(8 * mib) == "8 MiB and over"
+    rows = [
+        {"lower_bound_bytes": 512 * 1024, "planned_over_lower_bound": 1.2, "served_share": 0.9,
+         "new_peak_step_ratio_max": 1.3},
+        {"lower_bound_bytes": 700 * 1024, "planned_over_lower_bound": 1.1, "served_share": 0.8,
+         "new_peak_step_ratio_max": 1.1},
+        {"lower_bound_bytes": 64 * mib, "planned_over_lower_bound": 1.01, "served_share": 1.0,
+         "new_peak_step_ratio_max": 1.0},
+        {"lower_bound_bytes": None, "planned_over_lower_bound": None},  # a failed run: in no class
+    ]
+    got = runner.by_bound(rows)
+    assert list(got) == ["0-1 MiB", "8 MiB and over"]  # in class order, empty classes left out
+    small = got["0-1 MiB"]
+    assert small["loops"] == 2
+    assert small["planned_over_lower_bound_median"] == pytest.approx(1.15)
+    assert small["planned_over_lower_bound_p90"] == pytest.approx(1.19)  # linear between the two ranks
+    assert small["served_share_median"] == pytest.approx(0.85)
+    assert small["new_peak_step_ratio_max_p90"] == pytest.approx(1.28)
+    assert got["8 MiB and over"]["loops"] == 1
+
+
 def test_runner_runs_three_loops_both_ways_and_writes_the_summary(tmp_path):
     env = dict(os.environ)
     env.pop("TENSOR_ARENA_ALLOCATOR", None)
@@ -114,7 +152,9 @@ def test_runner_runs_three_loops_both_ways_and_writes_the_summary(tmp_path):
     for key in ("served_share", "replans", "device_calls", "device_calls_max_steady_step",
                 "planning_wait_seconds_max"):
         assert d[key]["n"] == 3, key
+    assert sum(g["loops"] for g in d["by_bound"].values()) == 3
     md = (out / "summary.md").read_text()
+    assert "| live lower bound | loops |" in md
     table = [line for line in md.splitlines() if line.startswith("| 1 |") or line.startswith("| loop |")]
     assert len(table) == 2 and table[0].count("|") == table[1].count("|"), "a column without its header"
 

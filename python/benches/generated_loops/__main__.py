@@ -227,6 +227,48 @@ def spread(values):
             "min": xs[0], "max": xs[-1]}
 
 
+#: Classes of the live lower bound (MiB, lower edge inclusive): a loop's fixed costs (512-byte blocks, 4 KiB host
+#: pages, the warm-up's last chunk) are a larger share of a smaller bound, so the distribution is given per class too.
+BOUND_CLASSES = ((0, 1), (1, 2), (2, 8), (8, None))
+
+
+def bound_class(lower_bound_bytes):
+    """The name of the class of ``BOUND_CLASSES`` a live lower bound falls in ("2-8 MiB"), or None without one."""
+    if not isinstance(lower_bound_bytes, (int, float)) or lower_bound_bytes <= 0:
+        return None
+    mib_ = lower_bound_bytes / MIB
+    for lo, hi in BOUND_CLASSES:
+        if mib_ >= lo and (hi is None or mib_ < hi):
+            return class_name(lo, hi)
+    return None
+
+
+def class_name(lo, hi):
+    return f"{lo}-{hi} MiB" if hi is not None else f"{lo} MiB and over"
+
+
+def by_bound(rows):
+    """Per class of the live lower bound: loops, planned / LB median and p90, served median, the new-peak step's
+    reserved / live p90 (the classes in ``BOUND_CLASSES`` order; a class with no loop is left out)."""
+    groups = {}
+    for r in rows:
+        name = bound_class(r.get("lower_bound_bytes"))
+        if name is not None:
+            groups.setdefault(name, []).append(r)
+    order = [class_name(lo, hi) for lo, hi in BOUND_CLASSES]
+    out = {}
+    for name in order:
+        g = groups.get(name)
+        if not g:
+            continue
+        ratio = spread(r.get("planned_over_lower_bound") for r in g)
+        out[name] = {"loops": len(g), "planned_over_lower_bound_median": ratio["median"],
+                     "planned_over_lower_bound_p90": ratio["p90"],
+                     "served_share_median": spread(r.get("served_share") for r in g)["median"],
+                     "new_peak_step_ratio_max_p90": spread(r.get("new_peak_step_ratio_max") for r in g)["p90"]}
+    return out
+
+
 def distribution(rows):
     dist = {"loops": len(rows)}
     statuses = {}
@@ -252,6 +294,7 @@ def distribution(rows):
         dist[f"by_{part}"] = {name: {"loops": len(g), **{key: spread(r.get(key) for r in g)["median"] for key in (
             "planned_over_lower_bound", "planned_over_caching", "served_share", "replans")}}
             for name, g in sorted(groups.items())}
+    dist["by_bound"] = by_bound(rows)
     return dist
 
 
@@ -323,6 +366,12 @@ def markdown(record):
         for name, g in d[f"by_{part}"].items():
             out.append(f"| {name} | {g['loops']} | {num(g['planned_over_lower_bound'])} "
                        f"| {num(g['planned_over_caching'])} | {pct(g['served_share'])} | {num(g['replans'], '{:g}')} |")
+    out += ["", "| live lower bound | loops | planned / LB median | planned / LB p90 | served median "
+            "| new-peak step reserved / live p90 |", "|---|---|---|---|---|---|"]
+    for name, g in d.get("by_bound", {}).items():
+        out.append(f"| {name} | {g['loops']} | {num(g['planned_over_lower_bound_median'])} "
+                   f"| {num(g['planned_over_lower_bound_p90'])} | {pct(g['served_share_median'])} "
+                   f"| {num(g['new_peak_step_ratio_max_p90'])} |")
     out += ["", f"Planned above the caching model: {d['planned_above_caching'] or 'none'}; above the expandable "
             f"model: {d['planned_above_expandable'] or 'none'}; trace's peak differs from the stats': "
             f"{d['trace_differs_from_stats'] or 'none'}.", "",
