@@ -43,6 +43,9 @@ mod takeover;
 // A miss no gap of the slab holds: the slab's idle pages are lent first
 // (unmapped), so the step holds its excess only (issue 38).
 mod lending;
+// A loose first plan waits for a tighter one: one more recorded step
+// (issue 38).
+mod first_plan;
 
 /// How long one placement may search (it stops earlier at the lower
 /// bound).
@@ -221,6 +224,8 @@ pub struct PlannedAllocator {
     /// Larger re-plans not installed because they would have raised the
     /// run's peak (allocator/lending.rs).
     replans_declined: u64,
+    /// First plans not installed as loose (allocator/first_plan.rs).
+    first_plans_declined: u32,
     phase: Phase,
     /// Live bytes allocated in the step before this one, and in this one
     /// (requests inside steps only).
@@ -397,6 +402,7 @@ impl PlannedAllocator {
             basis: Vec::new(),
             basis_stale: false,
             replans_declined: 0,
+            first_plans_declined: 0,
             merger: Merger::new(),
             plans_made: 0,
             plan_requests: (0, 0),
@@ -1112,6 +1118,7 @@ impl PlannedAllocator {
             fallback_reserved_bytes: self.fallback_reserved(),
             replans_unchanged: self.replans_unchanged,
             replans_declined: self.replans_declined,
+            first_plans_declined: u64::from(self.first_plans_declined),
             reserved_bytes: self.backing.current(),
             region_bytes: self.slab.as_ref().map_or(0, |s| s.region_bytes as u64),
             peak_reserved_bytes: self.backing.peak(),
@@ -1496,6 +1503,11 @@ impl PlannedAllocator {
     /// Reserves the slab for `plan` (or reuses the region the serving plan
     /// holds) and serves from the next step on.
     fn install(&mut self, mut plan: site_plan::SitePlan, steps: Vec<StepRecord>) {
+        // A loose first plan that would set the run's peak: the run
+        // records one more step and plans again (allocator/first_plan.rs).
+        if self.first_plan_waits(&plan) {
+            return;
+        }
         // A larger re-plan that would raise the run's peak is declined
         // while misses borrow the slab's pages (allocator/lending.rs).
         if self.declines(&plan) {

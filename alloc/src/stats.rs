@@ -154,6 +154,10 @@ pub struct Stats {
     /// the run's peak, while misses borrow the slab's idle pages
     /// (`lend_slab_pages`): the plan in place kept serving.
     pub replans_declined: u64,
+    /// First plans not installed: more than 15% over their own steps'
+    /// bound, their slab would have raised the run's peak; the run
+    /// recorded one more step and planned again (at most three times).
+    pub first_plans_declined: u64,
     /// Requests the current plan serves per step (its sites).
     pub plan_sites: u64,
     /// Bytes of the current slab.
