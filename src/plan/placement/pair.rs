@@ -53,7 +53,7 @@ const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 /// `release`: in decreasing size order, each at the lowest offset at or
 /// above its release clear of those placed before it (any height: the
 /// incumbent the searches with releases need).
-fn above_releases(items: &[Interval], release: &[usize]) -> Vec<usize> {
+pub(super) fn above_releases(items: &[Interval], release: &[usize]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_unstable_by_key(|&i| (std::cmp::Reverse(items[i].size), i));
     let mut offsets = vec![0usize; items.len()];
