@@ -375,13 +375,6 @@ fn solve_at(
     // blocks, kept where lower than what the rest finds. At any size: four
     // copies of E half overlapping (860 buffers) must come out no worse
     // than nineteen.
-    // Best fit in start order on the whole, where the copies' gate already
-    // placed it (the same first placement `solve_whole` would compute).
-    let mut first = None;
-    let mut is_copies = false;
-    // The lowest placement of the base the copies' gate found (for the
-    // pairs below).
-    let mut base_placed = None;
     // Two overlapping copies of few buffers: the exact search on the whole
     // stops above what it reaches on the upper layer alone (`layers.rs`;
     // two copies of D a quarter span apart, 426 buffers: 1.075x the load
@@ -418,21 +411,14 @@ fn solve_at(
     } else {
         strategy
     };
-    let stacked = if strategy.kind == StrategyKind::Auto && depth < MAX_DEPTH {
-        stacked_copies(
-            items,
-            strategy,
-            start,
-            depth,
-            &mut first,
-            &mut is_copies,
-            &mut base_placed,
-        )
-    } else {
-        None
-    };
+    let CopiesGate { seeds, base_placed } =
+        if strategy.kind == StrategyKind::Auto && depth < MAX_DEPTH {
+            stacked_copies(items, strategy, start, depth)
+        } else {
+            CopiesGate::default()
+        };
     if large && let Some(mut parts) = solve_by_parts(items, strategy, start, target, depth) {
-        if let Some(offsets) = stacked {
+        if let Some(offsets) = seeds.stacked {
             let h = height(items, &offsets);
             if h < parts.height {
                 parts.height = h;
@@ -450,13 +436,10 @@ fn solve_at(
     // 1,184 buffers, were left 1.045x above the bound by the rounds where
     // twelve, polished, came to 1.015x), give the search the time the
     // rounds left.
-    let polish =
-        depth > 0 || items.len() > AUTO_BEST_MAX || stacked.is_some() || strategy.polish_small;
-    let seeds = Seeds {
-        stacked,
-        start_fit: first,
-        copies: is_copies,
-    };
+    let polish = depth > 0
+        || items.len() > AUTO_BEST_MAX
+        || seeds.stacked.is_some()
+        || strategy.polish_small;
     let mut solution = solve_whole(items, strategy, start, target, polish, depth > 0, seeds);
     // Not where a capacity asked for is met (nothing more is wanted).
     if layered
@@ -532,6 +515,18 @@ struct Seeds {
     copies: bool,
 }
 
+/// What the copies' gate ([`stacked_copies`]) leaves for the rest.
+#[derive(Default)]
+struct CopiesGate {
+    /// First placements for [`solve_whole`]: the stack, best fit in start
+    /// order on the whole where the gate already placed it (the same first
+    /// placement `solve_whole` would compute), and whether the instance is
+    /// overlapping copies.
+    seeds: Seeds,
+    /// The lowest placement of the base the gate found (for the pairs).
+    base_placed: Option<Vec<usize>>,
+}
+
 /// Above this many pairs of buffers of different copies alive together,
 /// overlapping copies are not stacked (deterministic, from the lifetimes
 /// alone; copies of S_1 have about 10^8 per copy).
@@ -543,27 +538,27 @@ const BASE_NODES: u64 = 1_000_000;
 
 /// `items` as overlapping copies of one base (`copies.rs`): the base placed
 /// by the default with a quarter of the time left (as a piece: polished by
-/// the search), the copies stacked as rigid blocks. `None` when `items` are
-/// not such copies or, above [`STACK_QUICK_MIN`] buffers, when a quick
-/// stack is not lower than best fit on the whole (left in `start_fit` for
-/// [`solve_whole`], which starts from it).
+/// the search), the copies stacked as rigid blocks. No stack when `items`
+/// are not such copies or, above [`STACK_QUICK_MIN`] buffers, when a quick
+/// stack is not lower than best fit on the whole (left in the seeds'
+/// `start_fit` for [`solve_whole`], which starts from it).
 fn stacked_copies(
     items: &[Interval],
     strategy: &Strategy,
     start: Instant,
     depth: u32,
-    start_fit: &mut Option<Vec<usize>>,
-    is_copies: &mut bool,
-    base_placed: &mut Option<Vec<usize>>,
-) -> Option<Vec<usize>> {
+) -> CopiesGate {
+    let mut gate = CopiesGate::default();
     if items.len() > STACK_BUFFERS_MAX {
-        return None;
+        return gate;
     }
-    let found = copies::detect(items)?;
+    let Some(found) = copies::detect(items) else {
+        return gate;
+    };
     if found.alive(items) < 2 {
-        return None;
+        return gate;
     }
-    *is_copies = depth == 0;
+    gate.seeds.copies = depth == 0;
     // The stack buffer by buffer compares every pair of buffers of
     // different copies alive together; above the budget only the lanes
     // and the stack by edges (O(n log n), no pairs) are tried: copies of
@@ -574,9 +569,9 @@ fn stacked_copies(
     if items.len() > STACK_QUICK_MIN {
         let whole = start_best_fit(items);
         let promising = stack_is_promising(items, &found, &base, height(items, &whole));
-        *start_fit = Some(whole);
+        gate.seeds.start_fit = Some(whole);
         if !promising {
-            return None;
+            return gate;
         }
     }
     let left = strategy.time_limit.saturating_sub(start.elapsed());
@@ -620,7 +615,7 @@ fn stacked_copies(
         let fit = solve_at(&base, &base_strategy, Instant::now(), 0, depth + 1);
         best = stack(&fit.offsets);
         at_bound = fit.height <= bound;
-        *base_placed = Some(fit.offsets);
+        gate.base_placed = Some(fit.offsets);
     }
     // Each base placement stacks differently (where the load is not flat,
     // the shape of its upper edge matters more than its height): the
@@ -633,11 +628,12 @@ fn stacked_copies(
         {
             best = Some(other);
         }
-        if base_placed
+        if gate
+            .base_placed
             .as_ref()
             .is_none_or(|o| min.height < height(&base, o))
         {
-            *base_placed = Some(min.offsets);
+            gate.base_placed = Some(min.offsets);
         }
     }
     // Placements whose copies interleave (`periodic.rs`), where the stack
@@ -662,7 +658,7 @@ fn stacked_copies(
         && items.len() <= WINDOW_BUFFERS_MAX
         && let Some((h, _)) = &best
         && *h > lower_bound(items)
-        && let Some(base_offsets) = base_placed.as_ref()
+        && let Some(base_offsets) = gate.base_placed.as_ref()
     {
         let left = strategy.time_limit.saturating_sub(start.elapsed());
         let until = Instant::now() + left.mul_f64(HELD_SHARE);
@@ -672,7 +668,8 @@ fn stacked_copies(
             best = Some(other);
         }
     }
-    best.map(|b| b.1)
+    gate.seeds.stacked = best.map(|b| b.1);
+    gate
 }
 
 /// Copies with at most this many alive at once are placed on a held
@@ -1399,16 +1396,10 @@ mod tests {
         // take wall time from it, and a 60 s cap once left the base's
         // search a few seconds (a CI run with other work on the machine).
         let strategy = Strategy::default().with_time_limit(Duration::from_secs(600));
-        let offsets = stacked_copies(
-            &items,
-            &strategy,
-            Instant::now(),
-            0,
-            &mut None,
-            &mut false,
-            &mut None,
-        )
-        .expect("copies above 2^17 buffers are stacked");
+        let offsets = stacked_copies(&items, &strategy, Instant::now(), 0)
+            .seeds
+            .stacked
+            .expect("copies above 2^17 buffers are stacked");
         validate(&items, &offsets, None).unwrap();
         assert!(height(&items, &offsets) <= 2 * lower_bound(&one));
     }
