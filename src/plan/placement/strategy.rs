@@ -648,12 +648,15 @@ fn stacked_copies(
     {
         best = Some(other);
     }
-    // Many copies of a small base, few alive at once: a cylinder whose
-    // copies are searched one by one around the others held. The copies
-    // interleave where the stack cannot (D sizes0.5-2 x25 a quarter span
-    // apart: 1.1231x -> 1.1083x the load bound).
+    // More copies of a small base than are alive at once, and few alive
+    // at once: a cylinder whose copies are searched one by one around the
+    // others held (`periodic::held_cylinder`). The copies interleave where
+    // the stack cannot (D sizes0.5-2 x25 a quarter span apart: 1.1231x ->
+    // 1.1083x the load bound; D x4 half a span apart 1.0793x -> 1.0756x).
+    // Copies no more than are alive at once are left to the window (and
+    // two copies to the pairs and the layers).
     if depth == 0
-        && found.count > FEW_COPIES
+        && found.count > found.alive(items)
         && found.alive(items) <= HELD_ALIVE_MAX
         && items.len() <= WINDOW_BUFFERS_MAX
         && let Some((h, _)) = &best
