@@ -654,14 +654,13 @@ fn stacked_copies(
     // the stack cannot (D sizes0.5-2 x25 a quarter span apart: 1.1231x ->
     // 1.1083x the load bound; D x4 half a span apart 1.0793x -> 1.0756x).
     // Copies no more than are alive at once are left to the window (and
-    // two copies to the pairs and the layers). At any count: each copy's
-    // search holds at most 2 (alive - 1) others, within the search's size
-    // (500 copies of F half a span apart, 148,000 buffers: 1.0454x ->
-    // 1.0345x).
+    // two copies to the pairs and the layers). At any count of copies of
+    // a small base (500 copies of F half a span apart, 148,000 buffers:
+    // 1.0454x -> 1.0236x).
     if depth == 0
         && found.count > found.alive(items)
         && found.alive(items) <= HELD_ALIVE_MAX
-        && (2 * found.alive(items) - 1) * found.base_len() <= MAX_BUFFERS
+        && found.base_len() <= HELD_BASE_MAX
         && let Some((h, _)) = &best
         && *h > lower_bound(items)
         && let Some(base_offsets) = gate.base_placed.as_ref()
@@ -683,6 +682,14 @@ fn stacked_copies(
 /// others, and ten copies of MiniMalloc's D alive at once (D x24 a tenth
 /// of a span apart) had not placed a copy in 2.3 s.
 const HELD_ALIVE_MAX: usize = 4;
+
+/// Bases of at most this many buffers are placed on a held cylinder
+/// (MiniMalloc's A-F: 154-296; each copy's search, its free copy and up to
+/// 2 (alive - 1) held, stays within the search's 4,096 buffers). Forty
+/// copies of idealloc's G_1 half a span apart (816 a copy) took 4.6 s for
+/// a cylinder 1.0006x the load bound, where the rounds reach the bound in
+/// 0.3 s.
+const HELD_BASE_MAX: usize = 512;
 
 /// Search nodes for each copy of a held cylinder (D sizes0.5-2 x25 a
 /// quarter span apart: 5,000 1.1179x, 20,000 1.1083x the load bound).
@@ -737,10 +744,12 @@ fn held_cylinders(
     };
     try_base(base_offsets, &mut best);
     // Other placements of the base at its height hold their neighbours
-    // differently (the pairs' lesson, `pair.rs`).
+    // differently (the pairs' lesson, `pair.rs`); not once within 1% of
+    // the load bound, which the rounds and windows close sooner.
+    let near = lower_bound(items).saturating_add(lower_bound(items) / 100);
     let mut variations = pair::Variations::new(base, height(base, base_offsets));
     for _ in 0..HELD_VARIATIONS {
-        if Instant::now() >= until {
+        if Instant::now() >= until || best.as_ref().is_some_and(|b| b.0 <= near) {
             break;
         }
         if let (Some(placed), _) = variations.next_placement(Some(until)) {
