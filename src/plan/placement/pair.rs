@@ -53,7 +53,7 @@ const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 /// `release`: in decreasing size order, each at the lowest offset at or
 /// above its release clear of those placed before it (any height: the
 /// incumbent the searches with releases need).
-fn above_releases(items: &[Interval], release: &[usize]) -> Vec<usize> {
+pub(super) fn above_releases(items: &[Interval], release: &[usize]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_unstable_by_key(|&i| (std::cmp::Reverse(items[i].size), i));
     let mut offsets = vec![0usize; items.len()];
@@ -146,6 +146,70 @@ fn other_around(
     (placed, out.nodes)
 }
 
+/// Placements of a base at most `cap` high (a known placement's height),
+/// each found by the search with a share of the base's buffers given a
+/// random release (a floor), from a fixed seed (the module docs).
+pub(super) struct Variations<'a> {
+    base: &'a [Interval],
+    cap: usize,
+    /// Releases on multiples of the sizes' gcd keep the search's step.
+    step: usize,
+    state: u64,
+}
+
+impl<'a> Variations<'a> {
+    /// Variations of `base` at most `cap` high.
+    pub(super) fn new(base: &'a [Interval], cap: usize) -> Variations<'a> {
+        let step = base
+            .iter()
+            .filter(|b| !b.is_trivial())
+            .fold(0usize, |g, b| gcd(g, b.size))
+            .max(1);
+        Variations {
+            base,
+            cap,
+            step,
+            state: SEED,
+        }
+    }
+
+    fn draw(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+
+    /// The next placement (`None` where the search found none at most
+    /// `cap` high within [`BASE_NODES`] nodes) and the nodes it spent.
+    pub(super) fn next_placement(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> (Option<Vec<usize>>, u64) {
+        let (base, cap, step) = (self.base, self.cap, self.step);
+        let release: Vec<usize> = base
+            .iter()
+            .map(|b| {
+                if !b.is_trivial() && self.draw() % 10_000 < RELEASE_SHARE && cap > b.size {
+                    (self.draw() as usize % (cap - b.size)) / step * step
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let incumbent = above_releases(base, &release);
+        let config = SearchConfig {
+            capacity: Some(cap),
+            minimize: false,
+            time_limit: time_left(deadline),
+            node_limit: Some(BASE_NODES),
+        };
+        let out = search_above(base, Some(&release), Some(&incumbent), &config);
+        let placed = (out.height <= cap).then_some(out.offsets);
+        (placed, out.nodes)
+    }
+}
+
 /// The lowest placement of two overlapping copies (`found.count == 2`)
 /// found with one copy held at a placement of the base and the other
 /// searched around it (the module docs), starting from `base_offsets` (a
@@ -166,20 +230,7 @@ pub(super) fn around_held_copy(
     }
     let base: Vec<Interval> = found.base().iter().map(|&i| items[i]).collect();
     validate(&base, base_offsets, None).ok()?;
-    let cap = height(&base, base_offsets);
-    // Releases on multiples of the sizes' gcd keep the search's step.
-    let step = base
-        .iter()
-        .filter(|b| !b.is_trivial())
-        .fold(0usize, |g, b| gcd(g, b.size))
-        .max(1);
-    let mut state = SEED;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut variations = Variations::new(&base, height(&base, base_offsets));
     let mut spent = 0u64;
     let mut best: Option<(usize, Vec<usize>)> = None;
     let mut first = true;
@@ -189,29 +240,12 @@ pub(super) fn around_held_copy(
             first = false;
             base_offsets.to_vec()
         } else {
-            let release: Vec<usize> = base
-                .iter()
-                .map(|b| {
-                    if !b.is_trivial() && next() % 10_000 < RELEASE_SHARE && cap > b.size {
-                        (next() as usize % (cap - b.size)) / step * step
-                    } else {
-                        0
-                    }
-                })
-                .collect();
-            let incumbent = above_releases(&base, &release);
-            let config = SearchConfig {
-                capacity: Some(cap),
-                minimize: false,
-                time_limit: time_left(deadline),
-                node_limit: Some(BASE_NODES),
-            };
-            let out = search_above(&base, Some(&release), Some(&incumbent), &config);
-            spent += out.nodes.max(1);
-            if out.height > cap {
+            let (placed, nodes) = variations.next_placement(deadline);
+            spent += nodes.max(1);
+            let Some(placed) = placed else {
                 continue;
-            }
-            out.offsets
+            };
+            placed
         };
         let low = settle(&base, &placed);
         let top = height(&base, &low);

@@ -25,8 +25,12 @@
 //!   consecutive copies already has (the stack, a window) or by size, at
 //!   the lowest offset free of the nodes it meets.
 
+use std::time::Instant;
+
 use super::copies::{Copies, SETTLE_MAX, lowest_free, settle};
-use super::{Interval, height};
+use super::pair::above_releases;
+use super::search::search_held;
+use super::{Interval, SearchConfig, height, time_left, validate};
 
 /// The instance of `w` consecutive copies of `copies`' base: copy i's
 /// buffer r (in the order of [`Copies::base`]) at index `i × m + r`.
@@ -227,6 +231,188 @@ pub(super) fn priority_from(
     )
 }
 
+/// The copies on a cylinder of `period` copies placed copy by copy with
+/// the exact search: residue 0 takes `base_offsets` (a valid placement of
+/// the base, in the order of [`Copies::base`]); residue c = 1, ...,
+/// `period` - 1 is searched (minimising, at most `nodes` nodes) with every
+/// buffer of the repeat's copies alive with copy c whose residue is
+/// already placed held where it is (an obstacle with its own lifetime,
+/// its holes usable), starting from the lower of residue 0's block lifted
+/// clear of them and its buffers greedily above them. Copy j takes
+/// residue j mod `period`'s offsets: each residue was kept apart from
+/// every residue it meets in the repeat, so the whole is valid for any
+/// number of copies, and residue c tops at most (c + 1) base heights
+/// (with a period of the copies alive at once, never above the lanes).
+/// The copies are then settled. `None` for a period below the copies
+/// alive at once, or where a search gives nothing valid.
+pub(super) fn held_cylinder(
+    items: &[Interval],
+    copies: &Copies,
+    period: usize,
+    base_offsets: &[usize],
+    nodes: u64,
+    deadline: Option<Instant>,
+) -> Option<Vec<usize>> {
+    let (count, m) = (copies.count, copies.base_len());
+    let alive = copies.alive(items);
+    if period < alive || base_offsets.len() != m {
+        return None;
+    }
+    let base: Vec<Interval> = copies.base().iter().map(|&i| items[i]).collect();
+    let ring = Ring {
+        step: copies.step,
+        alive,
+        period,
+    };
+    let mut residues: Vec<Vec<usize>> = vec![base_offsets.to_vec()];
+    for c in 1..period {
+        // Past the deadline a residue keeps its first placement (the
+        // search's incumbent), so the cylinder is still whole.
+        let placed = residue_around(&base, &ring, c, &residues, nodes, deadline)?;
+        residues.push(placed);
+    }
+    let mut offsets = vec![0usize; items.len()];
+    for j in 0..count {
+        for (r, &o) in residues[j % period].iter().enumerate() {
+            let i = copies.chains[r * count + j];
+            offsets[i] = if items[i].is_trivial() { 0 } else { o };
+        }
+    }
+    if items.len() <= SETTLE_MAX {
+        offsets = settle(items, &offsets);
+    }
+    validate(items, &offsets, None).ok()?;
+    Some(offsets)
+}
+
+/// A cylinder's shape: the copies' time step, how many are alive at once
+/// and the period.
+struct Ring {
+    step: usize,
+    alive: usize,
+    period: usize,
+}
+
+/// Residue `c` of a cylinder searched (minimising, at most `nodes` nodes)
+/// around the buffers of the placed residues (`residues[r]` for r <
+/// `residues.len()`, r != c) alive with it, held: the free copy's offsets,
+/// `None` where the search's placement is not valid.
+fn residue_around(
+    base: &[Interval],
+    ring: &Ring,
+    c: usize,
+    residues: &[Vec<usize>],
+    nodes: u64,
+    deadline: Option<Instant>,
+) -> Option<Vec<usize>> {
+    let Ring {
+        step,
+        alive,
+        period,
+    } = *ring;
+    let m = base.len();
+    let lo = base.iter().map(|b| b.lower).min().unwrap_or(0);
+    let at = |b: &Interval, j: isize| -> Interval {
+        // Copy j of base buffer b, on a time axis where copy
+        // -(alive - 1) - period starts at 0.
+        let shift = (j + (alive + period) as isize) as usize * step;
+        Interval {
+            lower: b.lower - lo + shift,
+            upper: b.upper - lo + shift,
+            size: b.size,
+        }
+    };
+    let mut sub: Vec<Interval> = Vec::new();
+    let mut pin: Vec<usize> = Vec::new();
+    let free: Vec<Interval> = base.iter().map(|b| at(b, c as isize)).collect();
+    for d in 1..alive as isize {
+        for j in [c as isize - d, c as isize + d] {
+            let r = j.rem_euclid(period as isize) as usize;
+            if r == c || r >= residues.len() {
+                continue;
+            }
+            for (b, &o) in base.iter().zip(&residues[r]) {
+                let it = at(b, j);
+                if it.is_trivial() {
+                    continue;
+                }
+                if free
+                    .iter()
+                    .any(|f| !f.is_trivial() && f.overlaps_in_time(&it))
+                {
+                    sub.push(it);
+                    pin.push(o);
+                }
+            }
+        }
+    }
+    let held = sub.len();
+    let release: Vec<usize> = free
+        .iter()
+        .map(|f| {
+            sub.iter()
+                .zip(&pin)
+                .filter(|(h, _)| h.overlaps_in_time(f))
+                .map(|(h, &o)| o + h.size)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // The lower of the free copy greedily above the held buffers
+    // alive with each of its buffers, and residue 0's rigid
+    // block lifted just clear of them (what a cylinder of rigid
+    // blocks gives at worst).
+    let greedy = above_releases(&free, &release);
+    let mut lift = 0usize;
+    for (f, &o) in free.iter().zip(&residues[0]) {
+        if f.is_trivial() {
+            continue;
+        }
+        for (h, &p) in sub.iter().zip(&pin) {
+            if h.overlaps_in_time(f) {
+                lift = lift.max((p + h.size).saturating_sub(o));
+            }
+        }
+    }
+    let rigid: Vec<usize> = residues[0].iter().map(|&o| o + lift).collect();
+    let top = |offsets: &[usize]| {
+        free.iter()
+            .zip(offsets)
+            .map(|(f, &o)| o + f.size)
+            .max()
+            .unwrap_or(0)
+    };
+    let own = if top(&rigid) < top(&greedy) {
+        rigid
+    } else {
+        greedy
+    };
+    let mut incumbent = pin.clone();
+    incumbent.extend(
+        own.iter()
+            .zip(&free)
+            .map(|(&o, f)| if f.is_trivial() { 0 } else { o }),
+    );
+    sub.extend(free.iter().copied());
+    pin.extend(std::iter::repeat_n(usize::MAX, m));
+    let floor = vec![0usize; sub.len()];
+    let config = SearchConfig {
+        capacity: None,
+        minimize: true,
+        time_limit: time_left(deadline),
+        node_limit: Some(nodes),
+    };
+    let out = search_held(&sub, Some(&floor), Some(&pin), Some(&incumbent), &config);
+    validate(&sub, &out.offsets, None).ok()?;
+    Some(
+        out.offsets[held..]
+            .iter()
+            .zip(&free)
+            .map(|(&o, f)| if f.is_trivial() { 0 } else { o })
+            .collect(),
+    )
+}
+
 /// Priorities for [`on_cylinder`]: larger buffers first, then longer
 /// lifetimes (the order best fit by size uses).
 #[cfg(test)]
@@ -324,6 +510,75 @@ mod tests {
             }
         }
         assert!(checked.0 >= 40 && checked.1 >= 120, "checked {checked:?}");
+    }
+
+    #[test]
+    fn a_held_cylinder_interleaves_what_rigid_copies_cannot() {
+        // The base of the test below: A [0, 3) and B [0, 1), one byte
+        // each, copies two time units apart (two alive at once, load 3).
+        // Every copy with the same offsets, or in two lanes, is 4 high;
+        // residue 1 searched around residue 0's copies before and after
+        // it comes to the load, for any number of copies.
+        let base = [iv(0, 3, 1), iv(0, 1, 1)];
+        for count in [5, 9, 40] {
+            let items = copies_of(&base, count, 2);
+            let found = detect(&items).unwrap();
+            let base_items: Vec<Interval> = found.base().iter().map(|&i| items[i]).collect();
+            let base_offsets = greedy_lowest(&base_items, GreedyOrder::Size);
+            assert_eq!(height(&base_items, &base_offsets), 2);
+            assert_eq!(
+                held_cylinder(&items, &found, 1, &base_offsets, 1000, None),
+                None
+            );
+            let offsets = held_cylinder(&items, &found, 2, &base_offsets, 1000, None).unwrap();
+            validate(&items, &offsets, None).unwrap();
+            assert_eq!(
+                height(&items, &offsets),
+                lower_bound(&items),
+                "{count} copies"
+            );
+            assert_eq!(lower_bound(&items), 3);
+        }
+    }
+
+    #[test]
+    fn held_cylinders_are_valid_and_no_higher_than_lanes() {
+        // Residue c starts from residue 0's block lifted clear of the
+        // residues before it, so no residue tops (c + 1) base heights:
+        // with a period of the copies alive at once, the cylinder is
+        // never above the lanes (one base height per copy alive).
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut checked = 0;
+        for _ in 0..60 {
+            let span = 8 + next(40);
+            let base: Vec<Interval> = (0..3 + next(20))
+                .map(|_| {
+                    let lower = next(span as u64 - 1);
+                    let size = if next(8) == 0 { 0 } else { 1 + next(64) };
+                    iv(lower, lower + 1 + next((span - lower) as u64), size)
+                })
+                .collect();
+            let count = 2 + next(12);
+            let step = 1 + next(span as u64);
+            let items = copies_of(&base, count, step);
+            let Some(found) = detect(&items) else {
+                continue;
+            };
+            let base_items: Vec<Interval> = found.base().iter().map(|&i| items[i]).collect();
+            let base_offsets = greedy_lowest(&base_items, GreedyOrder::Size);
+            let alive = found.alive(&items);
+            let nodes = [0, 50, 5_000][next(3)] as u64;
+            for period in [alive, alive + 1] {
+                let offsets =
+                    held_cylinder(&items, &found, period, &base_offsets, nodes, None).unwrap();
+                validate(&items, &offsets, None).unwrap();
+                // (c + 1) base heights for residue c < period.
+                let most = period * height(&base_items, &base_offsets);
+                assert!(height(&items, &offsets) <= most.max(lower_bound(&items)));
+                checked += 1;
+            }
+        }
+        assert!(checked >= 60, "checked {checked}");
     }
 
     #[test]

@@ -375,13 +375,6 @@ fn solve_at(
     // blocks, kept where lower than what the rest finds. At any size: four
     // copies of E half overlapping (860 buffers) must come out no worse
     // than nineteen.
-    // Best fit in start order on the whole, where the copies' gate already
-    // placed it (the same first placement `solve_whole` would compute).
-    let mut first = None;
-    let mut is_copies = false;
-    // The lowest placement of the base the copies' gate found (for the
-    // pairs below).
-    let mut base_placed = None;
     // Two overlapping copies of few buffers: the exact search on the whole
     // stops above what it reaches on the upper layer alone (`layers.rs`;
     // two copies of D a quarter span apart, 426 buffers: 1.075x the load
@@ -418,21 +411,14 @@ fn solve_at(
     } else {
         strategy
     };
-    let stacked = if strategy.kind == StrategyKind::Auto && depth < MAX_DEPTH {
-        stacked_copies(
-            items,
-            strategy,
-            start,
-            depth,
-            &mut first,
-            &mut is_copies,
-            &mut base_placed,
-        )
-    } else {
-        None
-    };
+    let CopiesGate { seeds, base_placed } =
+        if strategy.kind == StrategyKind::Auto && depth < MAX_DEPTH {
+            stacked_copies(items, strategy, start, depth)
+        } else {
+            CopiesGate::default()
+        };
     if large && let Some(mut parts) = solve_by_parts(items, strategy, start, target, depth) {
-        if let Some(offsets) = stacked {
+        if let Some(offsets) = seeds.stacked {
             let h = height(items, &offsets);
             if h < parts.height {
                 parts.height = h;
@@ -450,13 +436,10 @@ fn solve_at(
     // 1,184 buffers, were left 1.045x above the bound by the rounds where
     // twelve, polished, came to 1.015x), give the search the time the
     // rounds left.
-    let polish =
-        depth > 0 || items.len() > AUTO_BEST_MAX || stacked.is_some() || strategy.polish_small;
-    let seeds = Seeds {
-        stacked,
-        start_fit: first,
-        copies: is_copies,
-    };
+    let polish = depth > 0
+        || items.len() > AUTO_BEST_MAX
+        || seeds.stacked.is_some()
+        || strategy.polish_small;
     let mut solution = solve_whole(items, strategy, start, target, polish, depth > 0, seeds);
     // Not where a capacity asked for is met (nothing more is wanted).
     if layered
@@ -532,6 +515,18 @@ struct Seeds {
     copies: bool,
 }
 
+/// What the copies' gate ([`stacked_copies`]) leaves for the rest.
+#[derive(Default)]
+struct CopiesGate {
+    /// First placements for [`solve_whole`]: the stack, best fit in start
+    /// order on the whole where the gate already placed it (the same first
+    /// placement `solve_whole` would compute), and whether the instance is
+    /// overlapping copies.
+    seeds: Seeds,
+    /// The lowest placement of the base the gate found (for the pairs).
+    base_placed: Option<Vec<usize>>,
+}
+
 /// Above this many pairs of buffers of different copies alive together,
 /// overlapping copies are not stacked (deterministic, from the lifetimes
 /// alone; copies of S_1 have about 10^8 per copy).
@@ -543,27 +538,27 @@ const BASE_NODES: u64 = 1_000_000;
 
 /// `items` as overlapping copies of one base (`copies.rs`): the base placed
 /// by the default with a quarter of the time left (as a piece: polished by
-/// the search), the copies stacked as rigid blocks. `None` when `items` are
-/// not such copies or, above [`STACK_QUICK_MIN`] buffers, when a quick
-/// stack is not lower than best fit on the whole (left in `start_fit` for
-/// [`solve_whole`], which starts from it).
+/// the search), the copies stacked as rigid blocks. No stack when `items`
+/// are not such copies or, above [`STACK_QUICK_MIN`] buffers, when a quick
+/// stack is not lower than best fit on the whole (left in the seeds'
+/// `start_fit` for [`solve_whole`], which starts from it).
 fn stacked_copies(
     items: &[Interval],
     strategy: &Strategy,
     start: Instant,
     depth: u32,
-    start_fit: &mut Option<Vec<usize>>,
-    is_copies: &mut bool,
-    base_placed: &mut Option<Vec<usize>>,
-) -> Option<Vec<usize>> {
+) -> CopiesGate {
+    let mut gate = CopiesGate::default();
     if items.len() > STACK_BUFFERS_MAX {
-        return None;
+        return gate;
     }
-    let found = copies::detect(items)?;
+    let Some(found) = copies::detect(items) else {
+        return gate;
+    };
     if found.alive(items) < 2 {
-        return None;
+        return gate;
     }
-    *is_copies = depth == 0;
+    gate.seeds.copies = depth == 0;
     // The stack buffer by buffer compares every pair of buffers of
     // different copies alive together; above the budget only the lanes
     // and the stack by edges (O(n log n), no pairs) are tried: copies of
@@ -574,9 +569,9 @@ fn stacked_copies(
     if items.len() > STACK_QUICK_MIN {
         let whole = start_best_fit(items);
         let promising = stack_is_promising(items, &found, &base, height(items, &whole));
-        *start_fit = Some(whole);
+        gate.seeds.start_fit = Some(whole);
         if !promising {
-            return None;
+            return gate;
         }
     }
     let left = strategy.time_limit.saturating_sub(start.elapsed());
@@ -620,7 +615,7 @@ fn stacked_copies(
         let fit = solve_at(&base, &base_strategy, Instant::now(), 0, depth + 1);
         best = stack(&fit.offsets);
         at_bound = fit.height <= bound;
-        *base_placed = Some(fit.offsets);
+        gate.base_placed = Some(fit.offsets);
     }
     // Each base placement stacks differently (where the load is not flat,
     // the shape of its upper edge matters more than its height): the
@@ -633,11 +628,12 @@ fn stacked_copies(
         {
             best = Some(other);
         }
-        if base_placed
+        if gate
+            .base_placed
             .as_ref()
             .is_none_or(|o| min.height < height(&base, o))
         {
-            *base_placed = Some(min.offsets);
+            gate.base_placed = Some(min.offsets);
         }
     }
     // Placements whose copies interleave (`periodic.rs`), where the stack
@@ -652,7 +648,115 @@ fn stacked_copies(
     {
         best = Some(other);
     }
-    best.map(|b| b.1)
+    // More copies of a small base than are alive at once, and few alive
+    // at once: a cylinder whose copies are searched one by one around the
+    // others held (`periodic::held_cylinder`). The copies interleave where
+    // the stack cannot (D sizes0.5-2 x25 a quarter span apart: 1.1231x ->
+    // 1.1083x the load bound; D x4 half a span apart 1.0793x -> 1.0756x).
+    // Copies no more than are alive at once are left to the window (and
+    // two copies to the pairs and the layers). At any count of copies of
+    // a small base (500 copies of F half a span apart, 148,000 buffers:
+    // 1.0454x -> 1.0236x).
+    if depth == 0
+        && found.count > found.alive(items)
+        && found.alive(items) <= HELD_ALIVE_MAX
+        && found.base_len() <= HELD_BASE_MAX
+        && let Some((h, _)) = &best
+        && *h > lower_bound(items)
+        && let Some(base_offsets) = gate.base_placed.as_ref()
+    {
+        let left = strategy.time_limit.saturating_sub(start.elapsed());
+        let until = Instant::now() + left.mul_f64(HELD_SHARE);
+        if let Some(other) = held_cylinders(items, &found, &base, base_offsets, until)
+            && other.0 < *h
+        {
+            best = Some(other);
+        }
+    }
+    gate.seeds.stacked = best.map(|b| b.1);
+    gate
+}
+
+/// Copies with at most this many alive at once are placed on a held
+/// cylinder too: each copy's search holds the buffers of 2 (alive - 1)
+/// others, and ten copies of MiniMalloc's D alive at once (D x24 a tenth
+/// of a span apart) had not placed a copy in 2.3 s.
+const HELD_ALIVE_MAX: usize = 4;
+
+/// Bases of at most this many buffers are placed on a held cylinder
+/// (MiniMalloc's A-F: 154-296; each copy's search, its free copy and up to
+/// 2 (alive - 1) held, stays within the search's 4,096 buffers). Forty
+/// copies of idealloc's G_1 half a span apart (816 a copy) took 4.6 s for
+/// a cylinder 1.0006x the load bound, where the rounds reach the bound in
+/// 0.3 s.
+const HELD_BASE_MAX: usize = 512;
+
+/// Search nodes for each copy of a held cylinder (D sizes0.5-2 x25 a
+/// quarter span apart: 5,000 1.1179x, 20,000 1.1083x the load bound).
+const HELD_NODES: u64 = 20_000;
+
+/// The share of the time left after the stack that the held cylinders may
+/// take.
+const HELD_SHARE: f64 = 0.5;
+
+/// Other placements of the base (`pair::Variations`) a held cylinder is
+/// built on, each upright and upside down, within the time share (500
+/// copies of F half a span apart: 1.0345x the load bound from the gate's
+/// base alone, 1.0236x with 32 or 128; 60 a quarter span apart 1.0889x,
+/// 1.0766x, 1.0760x).
+const HELD_VARIATIONS: usize = 32;
+
+/// The lowest of the held cylinders (`periodic::held_cylinder`, a period
+/// of as many copies as are alive at once) from `base_offsets` settled,
+/// upright and upside down, then from up to [`HELD_VARIATIONS`] other
+/// placements of the base at its height, with its height; `None` where
+/// none is valid.
+fn held_cylinders(
+    items: &[Interval],
+    found: &copies::Copies,
+    base: &[Interval],
+    base_offsets: &[usize],
+    until: Instant,
+) -> Option<(usize, Vec<usize>)> {
+    let alive = found.alive(items);
+    let mut best: Option<(usize, Vec<usize>)> = None;
+    let try_base = |offsets: &[usize], best: &mut Option<(usize, Vec<usize>)>| {
+        let low = copies::settle(base, offsets);
+        let top = height(base, &low);
+        let flipped: Vec<usize> = base
+            .iter()
+            .zip(&low)
+            .map(|(b, &o)| if b.is_trivial() { 0 } else { top - o - b.size })
+            .collect();
+        for fixed in [&low, &flipped] {
+            if Instant::now() >= until {
+                break;
+            }
+            if let Some(offsets) =
+                periodic::held_cylinder(items, found, alive, fixed, HELD_NODES, Some(until))
+            {
+                let h = height(items, &offsets);
+                if best.as_ref().is_none_or(|b| h < b.0) {
+                    *best = Some((h, offsets));
+                }
+            }
+        }
+    };
+    try_base(base_offsets, &mut best);
+    // Other placements of the base at its height hold their neighbours
+    // differently (the pairs' lesson, `pair.rs`); not once within 1% of
+    // the load bound, which the rounds and windows close sooner.
+    let near = lower_bound(items).saturating_add(lower_bound(items) / 100);
+    let mut variations = pair::Variations::new(base, height(base, base_offsets));
+    for _ in 0..HELD_VARIATIONS {
+        if Instant::now() >= until || best.as_ref().is_some_and(|b| b.0 <= near) {
+            break;
+        }
+        if let (Some(placed), _) = variations.next_placement(Some(until)) {
+            try_base(&placed, &mut best);
+        }
+    }
+    best
 }
 
 /// Windows of at most this many buffers are solved for [`interleaved`].
@@ -1329,16 +1433,10 @@ mod tests {
         // take wall time from it, and a 60 s cap once left the base's
         // search a few seconds (a CI run with other work on the machine).
         let strategy = Strategy::default().with_time_limit(Duration::from_secs(600));
-        let offsets = stacked_copies(
-            &items,
-            &strategy,
-            Instant::now(),
-            0,
-            &mut None,
-            &mut false,
-            &mut None,
-        )
-        .expect("copies above 2^17 buffers are stacked");
+        let offsets = stacked_copies(&items, &strategy, Instant::now(), 0)
+            .seeds
+            .stacked
+            .expect("copies above 2^17 buffers are stacked");
         validate(&items, &offsets, None).unwrap();
         assert!(height(&items, &offsets) <= 2 * lower_bound(&one));
     }
