@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use super::copies::{Copies, settle};
 use super::search::{gcd, search_above, search_held};
-use super::{Interval, SearchConfig, height, time_left, validate};
+use super::{Interval, SearchConfig, SearchOutcome, height, time_left, validate};
 
 /// Nodes of each search for another placement of the base.
 const BASE_NODES: u64 = 5_000;
@@ -129,14 +129,7 @@ fn other_around(
         .iter()
         .map(|&i| if held[i] { offsets[i] } else { usize::MAX })
         .collect();
-    let floor = vec![0usize; rest.len()];
-    let config = SearchConfig {
-        capacity: None,
-        minimize: true,
-        time_limit: time_left(deadline),
-        node_limit: Some(nodes),
-    };
-    let out = search_held(&sub, Some(&floor), Some(&pin), Some(&incumbent), &config);
+    let out = minimise_around_held(&sub, &pin, &incumbent, nodes, deadline);
     for (k, &i) in rest.iter().enumerate() {
         offsets[i] = out.offsets[k];
     }
@@ -144,6 +137,28 @@ fn other_around(
         .is_ok()
         .then(|| (height(items, &offsets), offsets));
     (placed, out.nodes)
+}
+
+/// The free buffers of `sub` (`pin[i]` is `usize::MAX`) searched around
+/// the held ones (`pin[i]` their offsets), minimising from `incumbent`
+/// (valid, respecting the pins), at most `nodes` nodes and the time
+/// `deadline` leaves: a copy searched around copies held where they are
+/// (the pairs here, the held cylinder of `periodic.rs`).
+pub(super) fn minimise_around_held(
+    sub: &[Interval],
+    pin: &[usize],
+    incumbent: &[usize],
+    nodes: u64,
+    deadline: Option<Instant>,
+) -> SearchOutcome {
+    let floor = vec![0usize; sub.len()];
+    let config = SearchConfig {
+        capacity: None,
+        minimize: true,
+        time_limit: time_left(deadline),
+        node_limit: Some(nodes),
+    };
+    search_held(sub, Some(&floor), Some(pin), Some(incumbent), &config)
 }
 
 /// Placements of a base at most `cap` high (a known placement's height),

@@ -28,9 +28,8 @@
 use std::time::Instant;
 
 use super::copies::{Copies, SETTLE_MAX, lowest_free, settle};
-use super::pair::above_releases;
-use super::search::search_held;
-use super::{Interval, SearchConfig, height, time_left, validate};
+use super::pair::{above_releases, minimise_around_held};
+use super::{Interval, height, validate};
 
 /// The instance of `w` consecutive copies of `copies`' base: copy i's
 /// buffer r (in the order of [`Copies::base`]) at index `i × m + r`.
@@ -395,14 +394,7 @@ fn residue_around(
     );
     sub.extend(free.iter().copied());
     pin.extend(std::iter::repeat_n(usize::MAX, m));
-    let floor = vec![0usize; sub.len()];
-    let config = SearchConfig {
-        capacity: None,
-        minimize: true,
-        time_limit: time_left(deadline),
-        node_limit: Some(nodes),
-    };
-    let out = search_held(&sub, Some(&floor), Some(&pin), Some(&incumbent), &config);
+    let out = minimise_around_held(&sub, &pin, &incumbent, nodes, deadline);
     validate(&sub, &out.offsets, None).ok()?;
     Some(
         out.offsets[held..]
