@@ -29,12 +29,13 @@ use super::*;
 /// 1.053 -> 1.407); 1.20 6 lower, 1 higher.
 const LOOSE_FIRST: (u64, u64) = (23, 20);
 
-/// The most first plans declined as loose: each costs one more recorded
-/// step. With 1.15: two waits 8 lower, 1 higher (`loop-21-020` 1.426 ->
+/// The most first plans declined as loose: each costs a recorded step or
+/// more (a plan made on the planner's thread comes a step or two later).
+/// With 1.15: two waits 8 lower, 1 higher (`loop-21-020` 1.426 ->
 /// 1.790: the plan forced in after two waits was looser than the first),
 /// three 9 lower, none higher, five 9 lower, 1 higher (`loop-19-014`
 /// 1.010 -> 1.073).
-pub(super) const FIRST_PLAN_WAITS: u32 = 3;
+const FIRST_PLAN_WAITS: u32 = 3;
 
 impl PlannedAllocator {
     /// Whether `plan`, about to be installed, is a loose first plan that

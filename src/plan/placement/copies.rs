@@ -515,6 +515,20 @@ fn place_blocks(
     (placed, orient)
 }
 
+/// `offsets` (a valid placement of `base`) settled ([`settle`]), and the
+/// same upside down within its height: the two ways a held copy of the
+/// base is tried (`pair.rs`, the held cylinders of `strategy.rs`).
+pub(super) fn settled_both_ways(base: &[Interval], offsets: &[usize]) -> [Vec<usize>; 2] {
+    let low = settle(base, offsets);
+    let top = super::height(base, &low);
+    let flipped = base
+        .iter()
+        .zip(&low)
+        .map(|(b, &o)| if b.is_trivial() { 0 } else { top - o - b.size })
+        .collect();
+    [low, flipped]
+}
+
 /// Bases up to this many buffers are settled before stacking (O(m²)).
 pub(super) const SETTLE_MAX: usize = 8192;
 

@@ -30,7 +30,7 @@
 
 use std::time::Instant;
 
-use super::copies::{Copies, settle};
+use super::copies::{Copies, settled_both_ways};
 use super::search::{gcd, search_above, search_held};
 use super::{Interval, SearchConfig, SearchOutcome, height, time_left, validate};
 
@@ -262,13 +262,7 @@ pub(super) fn around_held_copy(
             };
             placed
         };
-        let low = settle(&base, &placed);
-        let top = height(&base, &low);
-        let flipped: Vec<usize> = base
-            .iter()
-            .zip(&low)
-            .map(|(b, &o)| if b.is_trivial() { 0 } else { top - o - b.size })
-            .collect();
+        let [low, flipped] = settled_both_ways(&base, &placed);
         for (fixed_copy, fixed) in [(0, &low), (0, &flipped), (1, &low), (1, &flipped)] {
             if spent >= node_budget || out_of_time() {
                 break;

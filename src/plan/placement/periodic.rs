@@ -441,6 +441,27 @@ mod tests {
             .collect()
     }
 
+    /// Copies of a random base: a span of 8 to 47, 3 to `base_more` + 2
+    /// buffers (one in eight of size 0), 2 to `count_more` + 1 copies at a
+    /// random step (the draws in this order).
+    fn random_copies(
+        next: &mut impl FnMut(u64) -> usize,
+        base_more: u64,
+        count_more: u64,
+    ) -> Vec<Interval> {
+        let span = 8 + next(40);
+        let base: Vec<Interval> = (0..3 + next(base_more))
+            .map(|_| {
+                let lower = next(span as u64 - 1);
+                let size = if next(8) == 0 { 0 } else { 1 + next(64) };
+                iv(lower, lower + 1 + next((span - lower) as u64), size)
+            })
+            .collect();
+        let count = 2 + next(count_more);
+        let step = 1 + next(span as u64);
+        copies_of(&base, count, step)
+    }
+
     #[test]
     fn window_items_are_the_first_copies() {
         let base = [iv(0, 4, 8), iv(1, 3, 4), iv(2, 6, 2)];
@@ -458,17 +479,7 @@ mod tests {
         let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let mut checked = (0, 0);
         for _ in 0..80 {
-            let span = 8 + next(40);
-            let base: Vec<Interval> = (0..3 + next(25))
-                .map(|_| {
-                    let lower = next(span as u64 - 1);
-                    let size = if next(8) == 0 { 0 } else { 1 + next(64) };
-                    iv(lower, lower + 1 + next((span - lower) as u64), size)
-                })
-                .collect();
-            let count = 2 + next(10);
-            let step = 1 + next(span as u64);
-            let items = copies_of(&base, count, step);
+            let items = random_copies(&mut next, 25, 10);
             let Some(found) = detect(&items) else {
                 continue;
             };
@@ -542,17 +553,7 @@ mod tests {
         let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let mut checked = 0;
         for _ in 0..60 {
-            let span = 8 + next(40);
-            let base: Vec<Interval> = (0..3 + next(20))
-                .map(|_| {
-                    let lower = next(span as u64 - 1);
-                    let size = if next(8) == 0 { 0 } else { 1 + next(64) };
-                    iv(lower, lower + 1 + next((span - lower) as u64), size)
-                })
-                .collect();
-            let count = 2 + next(12);
-            let step = 1 + next(span as u64);
-            let items = copies_of(&base, count, step);
+            let items = random_copies(&mut next, 20, 12);
             let Some(found) = detect(&items) else {
                 continue;
             };

@@ -555,7 +555,8 @@ fn stacked_copies(
     let Some(found) = copies::detect(items) else {
         return gate;
     };
-    if found.alive(items) < 2 {
+    let alive = found.alive(items);
+    if alive < 2 {
         return gate;
     }
     gate.seeds.copies = depth == 0;
@@ -658,8 +659,8 @@ fn stacked_copies(
     // a small base (500 copies of F half a span apart, 148,000 buffers:
     // 1.0454x -> 1.0236x).
     if depth == 0
-        && found.count > found.alive(items)
-        && found.alive(items) <= HELD_ALIVE_MAX
+        && found.count > alive
+        && alive <= HELD_ALIVE_MAX
         && found.base_len() <= HELD_BASE_MAX
         && let Some((h, _)) = &best
         && *h > lower_bound(items)
@@ -721,14 +722,7 @@ fn held_cylinders(
     let alive = found.alive(items);
     let mut best: Option<(usize, Vec<usize>)> = None;
     let try_base = |offsets: &[usize], best: &mut Option<(usize, Vec<usize>)>| {
-        let low = copies::settle(base, offsets);
-        let top = height(base, &low);
-        let flipped: Vec<usize> = base
-            .iter()
-            .zip(&low)
-            .map(|(b, &o)| if b.is_trivial() { 0 } else { top - o - b.size })
-            .collect();
-        for fixed in [&low, &flipped] {
+        for fixed in &copies::settled_both_ways(base, offsets) {
             if Instant::now() >= until {
                 break;
             }
