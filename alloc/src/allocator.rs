@@ -596,6 +596,9 @@ impl PlannedAllocator {
                 // exact regions too, which hold only their own bytes, not a
                 // 2 MiB segment of the pool.
                 Err(false) if self.ranged() || self.exact_this_step < EXACT_PER_STEP => {
+                    // Its pages past the run's peak: a few times its own
+                    // pages of the slab's idle ones go first (lending.rs).
+                    self.lend_slab_pages_for_kept(size64);
                     self.exact_this_step += 1;
                     let got = self.exact.malloc(&mut self.backing, size64, stream, origin);
                     if got.is_some() {

@@ -37,6 +37,17 @@
 //! off as any re-plan that does not cure the misses). Smaller plans, and
 //! plans that fit under the peak, go in as before.
 //!
+//! A request kept past its step (a loss kept for logging, an output
+//! carried to the next step) is outside the plan by design and takes an
+//! exact region too. It borrows as well, but less: its pages past the
+//! run's peak are covered by [`KEPT_LEND`] times its own pages cut from
+//! the top of the largest idle stretches, and only when the rise would be
+//! at least 1 / [`KEPT_LEND_MIN_RISE`] of the peak. Whole stretches, as a
+//! miss within the step borrows, unmapped the whole idle slab at a step's
+//! first request (generated `loop-1-029`: 1.038 -> 1.174x the bound);
+//! the blocks landing on it then mapped their pages back one by one and
+//! nothing idle was left to lend when a later miss needed room.
+//!
 //! Not lent: pages with bytes of a block whose last uses on other streams
 //! may still be pending (`record_stream`; lending waits for none), and
 //! anything without a mapped range (no pages to unmap). A slab of several
@@ -74,6 +85,37 @@ const LEND_CALLS: u32 = 16;
 /// in place out (`growth.rs`).
 const LOOSE: (u64, u64) = (41, 40);
 
+/// How much of the slab a miss borrows.
+#[derive(Clone, Copy)]
+enum Lend {
+    /// The largest idle stretches, whole, until the miss's pages are
+    /// covered (a miss within the step).
+    WholeStretches,
+    /// This many times the miss's pages, cut from the top of the largest
+    /// idle stretches (a block kept past its step).
+    Cut(u64),
+}
+
+/// A block kept past its step borrows this many times its own pages
+/// (`Lend::Cut`). Replays of fourteen seeds and the suite (638 loops),
+/// against no lending for such blocks, at any rise: 1x 17 lower / 3 higher, 2x 17 / 2, 4x 20 / 2 (device
+/// calls +3% to +14% a set), 8x 20 / 2 (+4% to +17%); whole stretches, as
+/// a miss within the step borrows, 21 / 3 with calls +20% to +68%, and
+/// `loop-1-029` 1.038 -> 1.174: lent at its step's first request, the
+/// whole idle slab went, and the blocks landing on it mapped their pages
+/// back one by one, none lent again when a later miss needed room.
+const KEPT_LEND: u64 = 4;
+
+/// A block kept past its step borrows only when its pages would raise the
+/// run's peak by at least this fraction of it (1 / this): otherwise the
+/// borrowed pages' unmap and map (two device calls each steady step that
+/// keeps such a block) buy at most a page or two. Replays as above, 4x:
+/// at any rise, 16 loops with no call in a steady step made 2-5 there,
+/// none of them lower by 0.001; from 1/256 of the peak 5 such loops
+/// (1/1024: 11), 25 lower / 1 higher of 660 (seed 23, generated this
+/// session, among them), device calls +0% to +11% a set.
+const KEPT_LEND_MIN_RISE: u64 = 256;
+
 /// Blocks of a step that lent pages which may map only their own lent
 /// pages; the next maps every lent page at once (8: seed 1's geomean 1.124
 /// for 24,340 calls, against 1.113 for 27,876 at 64).
@@ -84,6 +126,19 @@ impl PlannedAllocator {
     /// take a region outside it: when its pages would raise the run's peak,
     /// the slab's idle pages are unmapped first (see the module's comment).
     pub(super) fn lend_slab_pages(&mut self, size: u64) {
+        self.lend(size, Lend::WholeStretches);
+    }
+
+    /// A request kept past its step (by design outside the plan) is about
+    /// to take a region outside the slab: when its pages would raise the
+    /// run's peak, [`KEPT_LEND`] times its pages are unmapped, cut from
+    /// the top of the slab's largest idle stretches (see the module's
+    /// comment).
+    pub(super) fn lend_slab_pages_for_kept(&mut self, size: u64) {
+        self.lend(size, Lend::Cut(KEPT_LEND));
+    }
+
+    fn lend(&mut self, size: u64, how: Lend) {
         if !self.config.lend_slab_pages || !self.ranged() || self.lent_calls >= LEND_CALLS {
             return;
         }
@@ -92,13 +147,20 @@ impl PlannedAllocator {
         if !self.side.uses.is_idle() {
             return;
         }
-        let Some(page) = self.backing.space().map(|s| s.page() as u64) else {
+        let Some((page, base)) = self.backing.space().map(|s| (s.page(), s.base())) else {
             return;
         };
-        let need = size.next_multiple_of(page);
+        let need = size.next_multiple_of(page as u64);
         if self.backing.current() + need <= self.backing.peak() {
             return;
         }
+        let over = self.backing.current() + need - self.backing.peak();
+        let need = match how {
+            Lend::WholeStretches => need,
+            // A rise too small to pay an unmap and a map for.
+            Lend::Cut(_) if over.saturating_mul(KEPT_LEND_MIN_RISE) < self.backing.peak() => return,
+            Lend::Cut(times) => need.saturating_mul(times),
+        };
         let Some(slab) = self.slab.as_ref() else {
             return;
         };
@@ -110,6 +172,14 @@ impl PlannedAllocator {
                 break;
             }
             let left = (LEND_CALLS - self.lent_calls) as usize;
+            // A cut: the top `want` bytes of the stretch's whole pages
+            // (the stretch whole when it has fewer).
+            let want = (need - lent) as usize;
+            let top = base + (addr + len - base) / page * page;
+            let (addr, len) = match how {
+                Lend::Cut(_) if top >= addr + want => (top - want, want),
+                _ => (addr, len),
+            };
             let runs = self.backing.lend(addr, len, left);
             self.lent_calls += runs.len() as u32;
             for run in runs {
