@@ -106,8 +106,9 @@ enum Lend {
 
 /// A block kept past its step borrows this many times its own pages
 /// (`Lend::Cut`). Replays of fourteen seeds and the suite (638 loops),
-/// against no lending for such blocks, at any rise: 1x 17 lower / 3 higher, 2x 17 / 2, 4x 20 / 2 (device
-/// calls +3% to +14% a set), 8x 20 / 2 (+4% to +17%); whole stretches, as
+/// against no lending for such blocks, at any rise: 1x 17 lower / 3
+/// higher, 2x 17 / 2, 4x 20 / 2 (device calls +3% to +14% a set), 8x
+/// 20 / 2 (+4% to +17%); whole stretches, as
 /// a miss within the step borrows, 21 / 3 with calls +20% to +68%, and
 /// `loop-1-029` 1.038 -> 1.174: lent at its step's first request, the
 /// whole idle slab went, and the blocks landing on it mapped their pages
