@@ -8,15 +8,14 @@
 mod support;
 
 use support::written::replay_written_both_modes;
-use support::{generated, replay_default};
+use support::{generated, generated_over_bound};
 
 #[test]
 fn a_searched_first_plan_lowers_the_runs_peak() {
     // Without the search: loop-15-004 1.066x, loop-13-039 1.112x the live
     // lower bound (with it 1.030x and 1.064x).
     for (name, at_most) in [("loop-15-004", 1.05), ("loop-13-039", 1.09)] {
-        let p = replay_default(&generated(name));
-        let ratio = p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64;
+        let ratio = generated_over_bound(name);
         assert!(ratio <= at_most, "{name}: {ratio:.3}x the live lower bound");
     }
 }

@@ -6,12 +6,7 @@
 mod support;
 
 use support::written::replay_written_both_modes;
-use support::{generated, replay_default};
-
-fn ratio(name: &str) -> f64 {
-    let p = replay_default(&generated(name));
-    p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64
-}
+use support::{generated, generated_over_bound};
 
 #[test]
 fn blocks_kept_past_their_step_borrow_idle_slab_pages() {
@@ -19,7 +14,7 @@ fn blocks_kept_past_their_step_borrow_idle_slab_pages() {
     // pages at the run's peak: loop-2-023 1.197x and loop-23-008 1.217x
     // the live lower bound; borrowing, 1.025x and 1.093x.
     for (name, at_most) in [("loop-2-023", 1.10), ("loop-23-008", 1.12)] {
-        let r = ratio(name);
+        let r = generated_over_bound(name);
         assert!(r <= at_most, "{name}: {r:.3}x the live lower bound");
     }
 }
@@ -29,7 +24,7 @@ fn a_kept_block_borrows_a_cut_not_the_whole_idle_slab() {
     // Whole stretches, lent at the step's first request (a kept block),
     // unmapped the idle slab, which its blocks then mapped back one by
     // one: 1.174x. A cut of four times the block's pages: 1.028x.
-    let r = ratio("loop-1-029");
+    let r = generated_over_bound("loop-1-029");
     assert!(r <= 1.06, "loop-1-029: {r:.3}x the live lower bound");
 }
 

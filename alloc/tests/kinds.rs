@@ -8,7 +8,7 @@
 mod support;
 
 use support::written::replay_written_both_modes;
-use support::{generated, replay_default};
+use support::{generated, generated_over_bound};
 
 #[test]
 fn steps_of_a_few_shapes_hold_less_over_their_live_bound() {
@@ -21,8 +21,7 @@ fn steps_of_a_few_shapes_hold_less_over_their_live_bound() {
         ("loop-14-006", 1.17),
         ("loop-14-021", 1.20),
     ] {
-        let p = replay_default(&generated(name));
-        let ratio = p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64;
+        let ratio = generated_over_bound(name);
         assert!(ratio <= at_most, "{name}: {ratio:.3}x the live lower bound");
     }
 }

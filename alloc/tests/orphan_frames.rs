@@ -10,13 +10,12 @@
 mod support;
 
 use support::written::replay_written_both_modes;
-use support::{generated, replay_default};
+use support::{generated, generated_over_bound};
 
 #[test]
 fn blocks_carried_into_an_unrecorded_successor_end_at_its_own_request() {
     // 1.147x the live lower bound before, 1.014x with the bound.
-    let p = replay_default(&generated("loop-1-011"));
-    let ratio = p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64;
+    let ratio = generated_over_bound("loop-1-011");
     assert!(
         ratio <= 1.08,
         "loop-1-011: {ratio:.3}x the live lower bound"

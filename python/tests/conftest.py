@@ -12,6 +12,16 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 
 
+def load_script(path, name):
+    """A bench's ``__main__.py`` at `path`, imported as module `name` (not run as a script)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def repo():
     return REPO

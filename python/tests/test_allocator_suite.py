@@ -4,12 +4,13 @@ A few steps only (the suite itself is a benchmark: python/benches/allocator_suit
 """
 
 import gzip
-import importlib.util
 import json
 import os
 import pathlib
 import subprocess
 import sys
+
+from conftest import load_script
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SUITE = REPO / "python" / "benches" / "allocator_suite"
@@ -51,10 +52,7 @@ def test_runner_compares_both_runs_and_keeps_the_trace(tmp_path):
 
 
 def _runner():
-    spec = importlib.util.spec_from_file_location("allocator_suite_main", SUITE / "__main__.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SUITE / "__main__.py", "allocator_suite_main")
 
 
 def test_table_carries_the_planning_wait_against_the_median_step():

@@ -19,6 +19,7 @@ sys.path.insert(0, str(GEN))
 
 import _spec  # noqa: E402
 from _trace import analyse  # noqa: E402
+from conftest import load_script  # noqa: E402
 
 
 def test_a_spec_is_made_again_from_its_seed_and_index_alone():
@@ -68,12 +69,7 @@ def test_the_trace_figures_follow_the_segment_lines_and_the_new_live_peaks():
 
 def _runner():
     """The runner's module (``__main__.py``), imported by path."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("generated_loops_runner", GEN / "__main__.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(GEN / "__main__.py", "generated_loops_runner")
 
 
 def test_the_distribution_is_split_by_the_size_of_the_live_lower_bound():

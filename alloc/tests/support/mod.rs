@@ -55,6 +55,13 @@ pub fn replay_default(path: &std::path::Path) -> Prediction {
     replay_with(path, Config::default())
 }
 
+/// The generated loop `name` (`tests/data/generated`) replayed under the
+/// default policy: its whole-run peak reserved over its live lower bound.
+pub fn generated_over_bound(name: &str) -> f64 {
+    let p = replay_default(&generated(name));
+    p.peak_reserved_bytes as f64 / p.live_lower_bound_bytes as f64
+}
+
 /// The trace at `path` replayed under `policy`; every free found its
 /// block.
 pub fn replay_with(path: &std::path::Path, policy: Config) -> Prediction {
