@@ -579,10 +579,9 @@ impl PlannedAllocator {
                         // new kind must not leave pool segments reserved),
                         // within the step's budget of device calls.
                         (self.ranged() || self.exact_this_step < EXACT_PER_STEP).then_some(())?;
-                        // Its pages past the run's peak: the slab's idle
-                        // pages go first (allocator/lending.rs), for a
-                        // small miss too (the largest idle runs go, not
-                        // just a page's worth).
+                        // Its pages past the run's peak: a few times its
+                        // pages of the slab's idle ones go first
+                        // (allocator/lending.rs), for a small miss too.
                         self.lend_slab_pages(size64);
                         self.exact_this_step += 1;
                         let got = self.exact.malloc(&mut self.backing, size64, stream, origin);

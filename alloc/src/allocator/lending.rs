@@ -8,14 +8,16 @@
 //! of the excess over the live lower bound at the whole-run peak.
 //!
 //! So before such a miss maps pages past the run's peak, the slab **lends**
-//! its idle pages: the whole pages no live block (planned, placed in a gap,
-//! or carried from an earlier plan) touches are unmapped, the largest
-//! free stretches first, until the miss's pages are covered or
-//! [`LEND_CALLS`] runs were unmapped in the step. They join the deferred
-//! pages of the take-over ([`super::takeover`]): a block that later lands
-//! on them (its site, or a gap) maps its own pages first, up to
-//! [`LEND_MAPS`] blocks a step, then every lent page at once; at the
-//! step's end the lent pages are mapped again, after the idle pages (the
+//! its idle pages: whole pages no live block (planned, placed in a gap,
+//! or carried from an earlier plan) touches are unmapped, [`LEND_TIMES`]
+//! times the miss's pages cut from the top of the largest free stretches,
+//! until they are covered or [`LEND_CALLS`] runs were unmapped in the
+//! step. They join the deferred pages of the take-over
+//! ([`super::takeover`]): a block that later lands on them (its site, or
+//! a gap) maps its own pages first (past the run's peak, a cut of idle
+//! pages elsewhere is lent before), up to [`LEND_MAPS`] blocks a step,
+//! then the lent runs it touches, whole; at the step's end the lent
+//! pages are mapped again, after the idle pages (the
 //! misses' freed regions) are unmapped, so the next step finds the slab
 //! whole and a steady step makes no call; those that would raise the
 //! run's peak (beside a miss's block that outlives the step) stay lent
@@ -37,16 +39,33 @@
 //! off as any re-plan that does not cure the misses). Smaller plans, and
 //! plans that fit under the peak, go in as before.
 //!
+//! **Why a cut, not whole stretches** (session 15). A miss used to borrow
+//! the largest idle stretches whole. A small miss at a step's start (a
+//! 240-byte tensor) then unmapped most of the idle slab, whose pages the
+//! step's own blocks mapped back one by one, and nothing idle was left to
+//! lend when a large miss came (generated `loop-11-024`: 1.096x the live
+//! lower bound, above the expandable model; with the cut 1.031x). For the
+//! cut to hold where whole stretches did, past [`LEND_MAPS`] a block maps
+//! the lent runs it touches, not every lent page (else the step's 65th
+//! block on lent pages mapped them all at once: `loop-1-061` 1.011 ->
+//! 1.115x). And a cut may hold pages the step's own blocks land on
+//! later: a block about to map lent pages back past the run's peak
+//! first has the slab lend a cut of its idle pages elsewhere (a swap;
+//! generated `loop-4-002`: eight grown sizes at step 17, a 504 KiB miss
+//! lent a cut its planned blocks then mapped back one by one, 1.224x
+//! with the cut alone, 1.009x with the swap; `loop-22-032` 1.303 ->
+//! 1.066x). Swaps spend the step's [`LEND_CALLS`] as misses do. Under
+//! whole-stretch lending the same swap was 42 loops lower and 12 higher
+//! (session 14: whole stretches lent early spent the budget); under the
+//! cut it is 63 lower and none higher of 703 (BENCHMARKS). Counting the
+//! pages still lent as held instead (a miss under the peak borrows)
+//! fixed two loops and raised seven.
+//!
 //! A request kept past its step (a loss kept for logging, an output
 //! carried to the next step) is outside the plan by design and takes an
-//! exact region too. It borrows as well, but less: its pages past the
-//! run's peak are covered by [`KEPT_LEND`] times its own pages cut from
-//! the top of the largest idle stretches, and only when the rise would be
-//! at least 1 / [`KEPT_LEND_MIN_RISE`] of the peak. Whole stretches, as a
-//! miss within the step borrows, unmapped the whole idle slab at a step's
-//! first request (generated `loop-1-029`: 1.038 -> 1.174x the bound);
-//! the blocks landing on it then mapped their pages back one by one and
-//! nothing idle was left to lend when a later miss needed room.
+//! exact region too. It borrows the same cut, but only when the rise would
+//! be at least 1 / [`KEPT_LEND_MIN_RISE`] of the peak: such a block comes
+//! every steady step, and each borrowing costs an unmap and a map.
 //!
 //! Not lent: pages with bytes of a block whose last uses on other streams
 //! may still be pending (`record_stream`; lending waits for none), and
@@ -93,27 +112,27 @@ const LEND_CALLS: u32 = 32;
 /// in place out (`growth.rs`).
 const LOOSE: (u64, u64) = (41, 40);
 
-/// How much of the slab a miss borrows.
-#[derive(Clone, Copy)]
+/// Which request borrows (see the module's comment).
+#[derive(Clone, Copy, PartialEq)]
 enum Lend {
-    /// The largest idle stretches, whole, until the miss's pages are
-    /// covered (a miss within the step).
-    WholeStretches,
-    /// This many times the miss's pages, cut from the top of the largest
-    /// idle stretches (a block kept past its step).
-    Cut(u64),
+    /// A miss within the step: at any rise.
+    Miss,
+    /// A block kept past its step: from a rise of 1 /
+    /// [`KEPT_LEND_MIN_RISE`] of the peak.
+    Kept,
 }
 
-/// A block kept past its step borrows this many times its own pages
-/// (`Lend::Cut`). Replays of fourteen seeds and the suite (638 loops),
-/// against no lending for such blocks, at any rise: 1x 17 lower / 3
-/// higher, 2x 17 / 2, 4x 20 / 2 (device calls +3% to +14% a set), 8x
-/// 20 / 2 (+4% to +17%); whole stretches, as
-/// a miss within the step borrows, 21 / 3 with calls +20% to +68%, and
-/// `loop-1-029` 1.038 -> 1.174: lent at its step's first request, the
-/// whole idle slab went, and the blocks landing on it mapped their pages
-/// back one by one, none lent again when a later miss needed room.
-const KEPT_LEND: u64 = 4;
+/// A request outside the plan borrows this many times its own pages, cut
+/// from the top of the largest idle stretches. Kept blocks (replays of
+/// fourteen seeds and the suite, 638 loops, against no lending for them,
+/// at any rise): 1x 17 lower / 3 higher, 2x 17 / 2, 4x 20 / 2 (device
+/// calls +3% to +14% a set), 8x 20 / 2 (+4% to +17%); whole stretches 21
+/// / 3 with calls +20% to +68%, and `loop-1-029` 1.038 -> 1.174. Misses
+/// (session 15, against whole stretches, on the eleven loops that moved
+/// most): 1x left `loop-21-009` at 1.167x and raised `loop-22-032` 1.303
+/// -> 1.320x, where 4x gave 1.006x and 1.242x; 16x the same as 4x on all
+/// eleven.
+const LEND_TIMES: u64 = 4;
 
 /// A block kept past its step borrows only when its pages would raise the
 /// run's peak by at least this fraction of it (1 / this): otherwise the
@@ -135,16 +154,25 @@ impl PlannedAllocator {
     /// take a region outside it: when its pages would raise the run's peak,
     /// the slab's idle pages are unmapped first (see the module's comment).
     pub(super) fn lend_slab_pages(&mut self, size: u64) {
-        self.lend(size, Lend::WholeStretches);
+        self.lend(size, Lend::Miss);
+    }
+
+    /// A block about to map `bytes` of lent pages back (its site, or a
+    /// gap, on pages a miss borrowed): when they would raise the run's
+    /// peak, a cut of the slab's idle pages elsewhere is lent first, as
+    /// for a miss (see the module's comment). The block is placed
+    /// already: its own pages are not idle.
+    pub(super) fn lend_before_mapping_back(&mut self, bytes: u64) {
+        self.lend(bytes, Lend::Miss);
     }
 
     /// A request kept past its step (by design outside the plan) is about
     /// to take a region outside the slab: when its pages would raise the
-    /// run's peak, [`KEPT_LEND`] times its pages are unmapped, cut from
-    /// the top of the slab's largest idle stretches (see the module's
-    /// comment).
+    /// run's peak by at least 1 / [`KEPT_LEND_MIN_RISE`] of it,
+    /// [`LEND_TIMES`] times its pages are unmapped, cut from the top of
+    /// the slab's largest idle stretches (see the module's comment).
     pub(super) fn lend_slab_pages_for_kept(&mut self, size: u64) {
-        self.lend(size, Lend::Cut(KEPT_LEND));
+        self.lend(size, Lend::Kept);
     }
 
     fn lend(&mut self, size: u64, how: Lend) {
@@ -160,16 +188,17 @@ impl PlannedAllocator {
             return;
         };
         let need = size.next_multiple_of(page as u64);
-        if self.backing.current() + need <= self.backing.peak() {
+        let held = self.backing.current() + need;
+        if held <= self.backing.peak() {
             return;
         }
-        let over = self.backing.current() + need - self.backing.peak();
-        let need = match how {
-            Lend::WholeStretches => need,
-            // A rise too small to pay an unmap and a map for.
-            Lend::Cut(_) if over.saturating_mul(KEPT_LEND_MIN_RISE) < self.backing.peak() => return,
-            Lend::Cut(times) => need.saturating_mul(times),
-        };
+        // A kept block's rise too small to pay an unmap and a map for.
+        if how == Lend::Kept
+            && (held - self.backing.peak()).saturating_mul(KEPT_LEND_MIN_RISE) < self.backing.peak()
+        {
+            return;
+        }
+        let need = need.saturating_mul(LEND_TIMES);
         let Some(slab) = self.slab.as_ref() else {
             return;
         };
@@ -185,9 +214,10 @@ impl PlannedAllocator {
             // (the stretch whole when it has fewer).
             let want = (need - lent) as usize;
             let top = base + (addr + len - base) / page * page;
-            let (addr, len) = match how {
-                Lend::Cut(_) if top >= addr + want => (top - want, want),
-                _ => (addr, len),
+            let (addr, len) = if top >= addr + want {
+                (top - want, want)
+            } else {
+                (addr, len)
             };
             let runs = self.backing.lend(addr, len, left);
             self.lent_calls += runs.len() as u32;
