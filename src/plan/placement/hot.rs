@@ -68,6 +68,15 @@ pub(super) const HOT_PAIRS_MAX: u128 = 1 << 31;
 /// rounds, given 3 s).
 const HOT_SHARE: u32 = 4;
 
+/// The share (tenths) where the busiest set given to the rounds is above
+/// [`HOT_PAIRS_MAX`] ([`hot_set`]): the sweeps around it take seconds
+/// at 10^6 buffers. Copies of S_1 a quarter span apart: seventeen (49,297
+/// buffers in the rounds, 2.4e9 pairs) reach 1.07880x with this share as
+/// with 4 (3.2 s of rounds instead of 1.5 s), thirty-five (108,409, 1.2e10
+/// pairs) as well (the rounds' instance, too large for its own rounds,
+/// takes its own hot path and is at that height in 0.1 s).
+const HOT_SHARE_ABOVE: u32 = 2;
+
 /// The class sweep around the hot buffers of `items` placed first (see
 /// the module); `None` when there are none, or too many for the rounds.
 /// `bound` is the lower bound of `items`.
@@ -101,23 +110,28 @@ pub(super) fn hot_levels_tried(
 ) -> Option<(Vec<usize>, Option<Vec<usize>>)> {
     let limits = (HOT_PAIRS_CROWDED, HOT_PAIRS_TARGET, HOT_PAIRS_MAX);
     let heat = Heat::of(items);
-    let (hot, sub, tier) = hot_set(&heat, items, bound, &round_pairs, limits)?;
+    // `above`: the busiest set given to the rounds is above the limit
+    // itself ([`hot_set`]); a smaller share for its rounds, and the tier
+    // swept only in the time left.
+    let (hot, sub, tier, above) = hot_set(&heat, items, bound, &round_pairs, limits)?;
     let crowded = tier.is_some();
     let began = Instant::now();
     let left = match deadline {
         Some(d) => d.checked_duration_since(began)?,
         None => Duration::MAX,
     };
-    let share = left.checked_mul(HOT_SHARE).map_or(left, |t| t / 10);
+    let tenths = if above { HOT_SHARE_ABOVE } else { HOT_SHARE };
+    let share = left.checked_mul(tenths).map_or(left, |t| t / 10);
     if hot.is_empty() {
         // Too many for the rounds: the plain class sweep, as before, and
         // the hot buffers swept first as a second start where lower.
         let plain = levels_best_fit(items);
-        let swept = around(items, &hot, &sub, tier.as_deref(), share)?;
+        let swept = around(items, &hot, &sub, tier.as_deref(), share, None)?;
         let lower = height(items, &swept) < height(items, &plain);
         return Some((plain, lower.then_some(swept)));
     }
-    let first = around(items, &hot, &sub, tier.as_deref(), share)?;
+    let until = if above { deadline } else { None };
+    let first = around(items, &hot, &sub, tier.as_deref(), share, until)?;
     if !more || crowded {
         return Some((first, None));
     }
@@ -134,7 +148,7 @@ pub(super) fn hot_levels_tried(
             None => Duration::MAX,
         };
         let sub: Vec<Interval> = other.iter().map(|&i| items[i]).collect();
-        if let Some(offsets) = around(items, other, &sub, None, share) {
+        if let Some(offsets) = around(items, other, &sub, None, share, None) {
             let h = height(items, &offsets);
             if h < first_height && best.as_ref().is_none_or(|b| h < b.0) {
                 best = Some((h, offsets));
@@ -173,12 +187,23 @@ pub(super) fn hot_levels_tried(
 /// Taken as the only start it made copies of recorded traces worse
 /// (resnet_multiscale x7 shift 0.5 1.0036x -> 1.048x, fsdp2_checkpoint
 /// x18 shift 0.25 1.028x -> 1.072x): a lower sweep need not repair lower.
+///
+/// With `until` (the busiest set above the limit, [`hot_set`]), the tier
+/// is swept only where the time left before `until` is at least 3/2 of
+/// what the plain sweep took, else the plain sweep comes back: around
+/// 10^6 buffers the sweeps take seconds (the tier's and the sweep after
+/// it took 1.2-1.4 times the plain one on thirty-five copies of S_1 a
+/// quarter span apart and thirty a tenth apart), and the thirty (855,780
+/// buffers, 105,534 in the rounds) ended their three sweeps past the
+/// deadline, 11.6 s with nothing left for the windows (1.05914x; the
+/// plain sweep repaired in the time left, 1.04123x in 10.0 s).
 fn around(
     items: &[Interval],
     hot: &[usize],
     sub: &[Interval],
     tier: Option<&[usize]>,
     share: Duration,
+    until: Option<Instant>,
 ) -> Option<Vec<usize>> {
     let mut offsets = vec![0usize; items.len()];
     let mut placed = vec![false; items.len()];
@@ -195,11 +220,19 @@ fn around(
     };
     // Where the rounds placed the busier buffers, the plain sweep around
     // them as well: the lower of the two is kept (ties: the plain one).
+    let swept_at = Instant::now();
     let plain = (!hot.is_empty()).then(|| {
         let (mut offsets, mut placed) = (offsets.clone(), placed.clone());
         levels_around(items, &mut offsets, &mut placed);
         offsets
     });
+    if let (Some(until), Some(plain)) = (until, &plain) {
+        let now = Instant::now();
+        let took = now.duration_since(swept_at);
+        if until.saturating_duration_since(now) * 2 < took * 3 {
+            return Some(plain.clone());
+        }
+    }
     let tier_items: Vec<Interval> = tier.iter().map(|&i| items[i]).collect();
     let mut tier_offsets: Vec<usize> = tier.iter().map(|&i| offsets[i]).collect();
     let mut tier_placed: Vec<bool> = tier.iter().map(|&i| placed[i]).collect();
@@ -280,9 +313,9 @@ pub(super) const HOT_PAIRS_TARGET: u128 = 11 << 26;
 /// the lowest threshold of [`HOT_HIGHER`] where at most `target` (at
 /// [`HOT`] where none is); above `max`, none (the rounds would take too
 /// long), unless no threshold's set is within `target`: then the highest
-/// threshold's set within `max` (the busiest times'), while those at
-/// [`HOT`] are at most [`HOT_TIER_TIMES`] times `max` and the busiest
-/// set is at most half their pairs. `None` where none
+/// threshold's set (the busiest times'), within `max` or not, while those
+/// at [`HOT`] are at most [`HOT_TIER_TIMES`] times the larger of `max`
+/// and its pairs and it is at most half their pairs. `None` where none
 /// is hot. The bytes alive per time are counted once; each higher
 /// threshold filters the hot buffers at [`HOT`]. Where they were crowded
 /// or above `max`, the hot buffers at [`HOT`] come back as well (the tier
@@ -309,7 +342,16 @@ pub(super) const HOT_PAIRS_TARGET: u128 = 11 << 26;
 /// eleven copies of S_1 a fifth of a span apart (0.93: 49,532 buffers,
 /// 2.453e9 pairs; 0.99: 41,778, 1.745e9, 0.71 of them) went 1.02471 ->
 /// 1.05575x with 0.99's set to the rounds (twice each, back to back);
-/// S_1's copies a quarter span apart are 0.41 of them.
+/// S_1's copies a quarter span apart are 0.41 of them. Why above `max`
+/// as well: from seventeen copies of S_1 a quarter span apart the busiest
+/// set is above it (49,297 buffers, 2.43e9 pairs; thirty-five copies
+/// 108,409, 1.2e10), higher thresholds give the same set, and the sweep
+/// alone left them 1.18152x (seventeen to nineteen) and 1.23773x (twenty
+/// to thirty-five) where sixteen were 1.07880x; with it, 1.07880x from
+/// seventeen to thirty-five (issue 39, sixteenth pass). The tier's cap
+/// follows the busiest set there: those copies' buffers at [`HOT`] are
+/// 6.4 and 13 times `max` at twenty-five and thirty-five copies but 2.4
+/// and 2.6 times the busiest set.
 fn hot_set(
     heat: &Heat,
     items: &[Interval],
@@ -325,10 +367,11 @@ fn hot_set(
     let sub: Vec<Interval> = hot.iter().map(|&i| items[i]).collect();
     let pairs = round_pairs(&sub);
     if pairs <= crowded {
-        return Some((hot, sub, None));
+        return Some((hot, sub, None, false));
     }
     let all_hot = hot.clone();
-    // The busiest times' set within `max` where none is within `target`.
+    // The busiest times' set (the highest threshold's) where none is
+    // within `target`.
     let mut busiest = None;
     for per_mille in HOT_HIGHER {
         let busier = heat.hot_among(items, &hot, bound, per_mille);
@@ -344,26 +387,26 @@ fn hot_set(
             } else {
                 (Vec::new(), Vec::new())
             };
-            return Some((chosen.0, chosen.1, Some(all_hot)));
+            return Some((chosen.0, chosen.1, Some(all_hot), false));
         }
-        if busier_pairs <= max {
-            busiest = Some((busier, busier_sub, busier_pairs));
-        }
+        busiest = Some((busier, busier_sub, busier_pairs));
     }
     if pairs <= max {
-        return Some((hot, sub, Some(all_hot)));
+        return Some((hot, sub, Some(all_hot), false));
     }
-    // The tier is swept around the busiest set: far above `max` that sweep
-    // took the windows' time ([`HOT_TIER_TIMES`]); and a busiest set of
-    // more than half the pairs is nearly the set the limit ruled out.
-    let tier_sweepable = pairs <= max.saturating_mul(HOT_TIER_TIMES);
+    // The tier is swept around the busiest set: far above `max` (or above
+    // the busiest set, where that is above `max`) that sweep took the
+    // windows' time ([`HOT_TIER_TIMES`]); and a busiest set of more than
+    // half the pairs is nearly the set the limit ruled out.
+    let sweepable =
+        |busier_pairs: u128| pairs <= max.max(busier_pairs).saturating_mul(HOT_TIER_TIMES);
     match busiest {
         Some((busier, busier_sub, busier_pairs))
-            if tier_sweepable && busier_pairs.saturating_mul(2) <= pairs =>
+            if sweepable(busier_pairs) && busier_pairs <= pairs / 2 =>
         {
-            Some((busier, busier_sub, Some(all_hot)))
+            Some((busier, busier_sub, Some(all_hot), busier_pairs > max))
         }
-        _ => Some((Vec::new(), Vec::new(), Some(all_hot))),
+        _ => Some((Vec::new(), Vec::new(), Some(all_hot), false)),
     }
 }
 
@@ -378,8 +421,10 @@ fn hot_set(
 const HOT_TIER_TIMES: u128 = 4;
 
 /// What [`hot_set`] picks: the buffers placed first (indices, ascending),
-/// their instance, and where crowded the hot buffers at [`HOT`].
-type HotSet = (Vec<usize>, Vec<Interval>, Option<Vec<usize>>);
+/// their instance, where crowded the hot buffers at [`HOT`], and whether
+/// the buffers placed first are above the most pairs allowed (the
+/// busiest set, taken all the same).
+type HotSet = (Vec<usize>, Vec<Interval>, Option<Vec<usize>>, bool);
 
 /// The bytes alive over time: the distinct start and end times and the
 /// bytes alive from each to the next.
@@ -504,8 +549,7 @@ mod tests {
         ];
         assert_eq!(lower_bound(&items), 100);
         let count = |s: &[Interval]| s.len() as u128;
-        let set =
-            |limits| hot_set(&Heat::of(&items), &items, 100, &count, limits).map(|(h, _, _)| h);
+        let set = |limits| hot_set(&Heat::of(&items), &items, 100, &count, limits).map(|(h, ..)| h);
         // Not crowded at 0.93: all of them.
         assert_eq!(set((5, 3, 9)), Some(vec![0, 1, 2, 3, 4]));
         // Crowded: the busier times' (0.95: three; 0.97: two).
@@ -520,17 +564,38 @@ mod tests {
         // allowed (0.97's two), not none.
         assert_eq!(set((2, 1, 2)), Some(vec![0, 1]));
         assert_eq!(set((2, 1, 3)), Some(vec![0, 1]));
-        // None within the most allowed: none goes to the rounds (all six
-        // are swept first, `around`).
-        assert_eq!(set((2, 1, 1)), Some(vec![]));
+        // None within the most allowed: the busiest set all the same
+        // (0.97's two, 2 against 1; seventeen copies of S_1 and more),
+        // while 0.93's (5) is at most `HOT_TIER_TIMES` times it and it is
+        // at most half of 0.93's.
+        assert_eq!(set((2, 1, 1)), Some(vec![0, 1]));
+        let above = |limits| {
+            hot_set(&Heat::of(&items), &items, 100, &count, limits).map(|(.., above)| above)
+        };
+        assert_eq!(above((2, 1, 1)), Some(true));
+        assert_eq!(above((2, 1, 2)), Some(false));
         // Counted as pairs (25 at 0.93, 9 at 0.95, 4 at 0.97): the
         // busiest set within the most allowed only while 0.93's is at
         // most `HOT_TIER_TIMES` times it.
         let squared = |s: &[Interval]| (s.len() as u128).pow(2);
         let pairs_set =
-            |limits| hot_set(&Heat::of(&items), &items, 100, &squared, limits).map(|(h, _, _)| h);
+            |limits| hot_set(&Heat::of(&items), &items, 100, &squared, limits).map(|(h, ..)| h);
         assert_eq!(pairs_set((2, 1, 7)), Some(vec![0, 1]));
         assert_eq!(pairs_set((2, 1, 5)), Some(vec![]));
+        // The busiest set above the most allowed (4 pairs against 3):
+        // 0.93's 25 pairs are above four times its 4, so none goes to the
+        // rounds and all six are swept first (`around`). Counted so that
+        // the busiest set is 7 pairs, 25 are within four times it: the
+        // busiest set.
+        assert_eq!(pairs_set((2, 1, 3)), Some(vec![]));
+        let steep = |s: &[Interval]| match s.len() {
+            5 => 25,
+            3 => 9,
+            _ => 7,
+        };
+        let steep_set =
+            |limits| hot_set(&Heat::of(&items), &items, 100, &steep, limits).map(|(h, ..)| h);
+        assert_eq!(steep_set((2, 1, 3)), Some(vec![0, 1]));
         // The busiest set within the most allowed but more than half of
         // 0.93's pairs (6 of 10 at 0.97): none; exactly half (6 of 12):
         // taken.
@@ -542,17 +607,17 @@ mod tests {
             }
         };
         let skewed_set = |top, limits| {
-            hot_set(&Heat::of(&items), &items, 100, &skewed(top), limits).map(|(h, _, _)| h)
+            hot_set(&Heat::of(&items), &items, 100, &skewed(top), limits).map(|(h, ..)| h)
         };
         assert_eq!(skewed_set(10, (2, 1, 6)), Some(vec![]));
         assert_eq!(skewed_set(12, (2, 1, 6)), Some(vec![0, 1]));
         for limits in [(2, 2, 4), (2, 1, 2), (2, 1, 1)] {
-            let (_, _, tier) = hot_set(&Heat::of(&items), &items, 100, &count, limits).unwrap();
+            let (_, _, tier, _) = hot_set(&Heat::of(&items), &items, 100, &count, limits).unwrap();
             assert_eq!(tier, Some(vec![0, 1, 2, 3, 4]));
         }
         // Each is a valid start for the class sweep.
         for limits in [(5, 3, 9), (4, 3, 9), (4, 2, 9), (2, 1, 2)] {
-            let (hot, sub, _) = hot_set(&Heat::of(&items), &items, 100, &count, limits).unwrap();
+            let (hot, sub, _, _) = hot_set(&Heat::of(&items), &items, 100, &count, limits).unwrap();
             let solved = solve(
                 &sub,
                 &super::Strategy::auto().with_time_limit(Duration::from_secs(3600)),
@@ -589,17 +654,27 @@ mod tests {
         assert_eq!(bound, 69);
         let count = |s: &[Interval]| s.len() as u128;
         let limits = (0, 1 << 40, 1 << 40);
-        let (hot, sub, tier) = hot_set(&Heat::of(&items), &items, bound, &count, limits).unwrap();
+        let (hot, sub, tier, _) =
+            hot_set(&Heat::of(&items), &items, bound, &count, limits).unwrap();
         let tier = tier.expect("crowded: the hot buffers at 0.93 come back");
         assert_eq!(hot, vec![0, 2, 3, 4, 6]);
         assert_eq!(tier, vec![0, 2, 3, 4, 5, 6, 7]);
         let long = Duration::from_secs(3600);
-        let plain = around(&items, &hot, &sub, None, long).unwrap();
-        let tiered = around(&items, &hot, &sub, Some(&tier), long).unwrap();
+        let plain = around(&items, &hot, &sub, None, long, None).unwrap();
+        let tiered = around(&items, &hot, &sub, Some(&tier), long, None).unwrap();
         validate(&items, &plain, None).unwrap();
         validate(&items, &tiered, None).unwrap();
         assert_eq!(height(&items, &plain), 83);
         assert_eq!(height(&items, &tiered), bound);
+        // With no time left before `until` (the busiest set above the
+        // limit), the tier is not swept: the plain sweep comes back,
+        // though the tier's is lower.
+        let past = Instant::now();
+        let late = around(&items, &hot, &sub, Some(&tier), long, Some(past)).unwrap();
+        assert_eq!(late, plain);
+        let early = Instant::now().checked_add(long);
+        let in_time = around(&items, &hot, &sub, Some(&tier), long, early).unwrap();
+        assert_eq!(height(&items, &in_time), bound);
     }
 
     #[test]
