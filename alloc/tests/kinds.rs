@@ -32,3 +32,24 @@ fn blocks_served_by_kind_never_share_bytes() {
         replay_written_both_modes(&generated(name));
     }
 }
+
+#[test]
+fn a_block_one_kind_carries_takes_its_kinds_slot() {
+    // Four side buckets: the merge lined up the 1x28 steps' batch, kept to
+    // the next step, with a 1.2 MB activation of the larger buckets; the
+    // site, carried and doubled, stayed common to every kind with two
+    // slots of the activation for the whole step, and the kinds'
+    // placement was no lower than one offset per site: 1.360x the live
+    // lower bound (the first plan 1.379x its own). Each kind its own slot
+    // there: 1.050x.
+    let ratio = generated_over_bound("loop-24-005");
+    assert!(
+        ratio <= 1.10,
+        "loop-24-005: {ratio:.3}x the live lower bound"
+    );
+}
+
+#[test]
+fn a_block_carried_in_its_kinds_slot_never_shares_bytes() {
+    replay_written_both_modes(&generated("loop-24-005"));
+}
