@@ -41,7 +41,7 @@ fn a_block_one_kind_carries_takes_its_kinds_slot() {
     // slots of the activation for the whole step, and the kinds'
     // placement was no lower than one offset per site: 1.360x the live
     // lower bound (the first plan 1.379x its own). Each kind its own slot
-    // there: 1.050x.
+    // there: 1.035x.
     let ratio = generated_over_bound("loop-24-005");
     assert!(
         ratio <= 1.10,
