@@ -258,11 +258,15 @@ pub struct PlannedAllocator {
     slab: Option<PlannedSlab>,
     /// Slabs of earlier plans that still hold live blocks.
     retiring: Vec<PlannedSlab>,
-    /// Page runs `(address, length)` of the slab not mapped yet: the
-    /// carried blocks' slots at a take-over (allocator/takeover.rs).
+    /// Page runs `(address, length)` of the slab not mapped yet: every
+    /// page at a take-over (allocator/takeover.rs), lent pages.
     deferred: Vec<(usize, usize)>,
     /// Blocks of this step that mapped only their own deferred pages.
     deferred_maps: u32,
+    /// Byte ranges `(address, length)` of the carried blocks' slots at a
+    /// take-over whose whole slab was deferred: kept deferred past the
+    /// cap while the step before's blocks live (allocator/takeover.rs).
+    deferred_held: Vec<(usize, usize)>,
     /// Pages of the slab lent this step (unmapped for a miss no gap
     /// held; allocator/lending.rs), and the unmap calls that lent them.
     lending: bool,
@@ -429,6 +433,7 @@ impl PlannedAllocator {
             retiring: Vec::new(),
             deferred: Vec::new(),
             deferred_maps: 0,
+            deferred_held: Vec::new(),
             lending: false,
             lent_calls: 0,
             streams: HashMap::new(),
@@ -815,6 +820,8 @@ impl PlannedAllocator {
         self.lending = false;
         self.lent_calls = 0;
         self.deferred_maps = 0;
+        // Held back only in the take-over's own step.
+        self.deferred_held.clear();
         let expected = self.records.latest_len();
         self.records.begin(self.step, expected);
         // The serving plan's matcher anchors this step's requests.

@@ -9,18 +9,27 @@
 //! regions of their own, held twice as well).
 //!
 //! Now, in a mapped range, the slab serves from the step's first request
-//! and its pages lying wholly inside the slots of the plan's carried sites
-//! (the largest few runs of them) stay unmapped until a block lands on them
-//! ([`Metered::reserve_low_deferred`]): the placement gives no other site
-//! those bytes while the carried blocks hold them. A block that lands there
-//! while carried blocks of the step before are still alive (a site with two
-//! slots, a `loss` kept until it is reassigned: the new instance takes the
-//! other slot) gets only its own pages mapped, [`DEFERRED_MAPS`] blocks at
-//! most; once they are all freed, or at the step's end, the rest is mapped
-//! in one go (a call a run), after the idle pages (the carried blocks'
-//! freed regions) are unmapped. Pages mapped past the run's
-//! peak first unmap idle pages (the carried blocks' freed regions), so the
-//! take-over step holds what a later step holds.
+//! with none of its pages mapped ([`Metered::reserve_low_deferred`]). While
+//! blocks of the step before are still alive, a block gets only its own
+//! pages mapped, [`DEFERRED_MAPS`] blocks at most; past them every page but
+//! those lying wholly inside the slots of the plan's carried sites is
+//! mapped, and those stay unmapped until a block lands on them (its own
+//! pages, as many blocks again): the placement gives no other site those
+//! bytes while the carried blocks hold them. Once the step before's
+//! blocks are all freed, or at the step's end, the rest is mapped in one
+//! go (a call a run), after the idle pages (the carried blocks' freed
+//! regions) are unmapped. Pages mapped past the run's peak first unmap
+//! idle pages (the carried blocks' freed regions), so the take-over step
+//! holds what a later step holds.
+//!
+//! The pages outside the carried slots were mapped at the step's first
+//! request until session 16: with the step before's blocks still alive
+//! elsewhere, the take-over step held them twice for its first few
+//! requests (generated `loop-25-018`, 0.33 MiB: 1.198x the live lower
+//! bound at the take-over, 1.057x deferred; replays of every set, 761
+//! loops: 17 lower, 5 higher by more than 0.02, loops above 1.12x 16 ->
+//! 10, take-over steps above 1.05x the later peak 4 -> 1, device calls
+//! +1.8%).
 
 use super::*;
 
@@ -63,15 +72,18 @@ impl PlannedAllocator {
         slots
     }
 
-    /// Reserves the awaited region of `plan` inside a step, its pages held
-    /// by the carried blocks' slots left unmapped (see the module's
-    /// comment); `None` (the fallback serves) when the backing refuses.
+    /// Reserves the awaited region of `plan` inside a step, none of its
+    /// pages mapped yet (see the module's comment); `None` (the fallback serves) when the backing refuses.
     /// Whether it may go in now is [`PlannedAllocator::defer_now`]'s.
     pub(super) fn reserve_deferring(&mut self, plan: site_plan::SitePlan) -> Option<PlannedSlab> {
         self.counters.plan_moved_this_step = true;
         let bytes = plan.slab_bytes.max(site_plan::GRANULE) as usize;
-        let slots = self.carried_slots(&plan);
-        match self.backing.reserve_low_deferred(bytes, &slots) {
+        // Every page deferred, the carried slots' held past the cap.
+        let carried = self.carried_slots(&plan);
+        match self
+            .backing
+            .reserve_low_deferred(bytes, &[(0, bytes as u64)])
+        {
             Ok((base, later)) => {
                 if self.checked {
                     // Only the mapped pages; the others when they are.
@@ -85,6 +97,10 @@ impl PlannedAllocator {
                 }
                 self.deferred = later;
                 self.deferred_maps = 0;
+                self.deferred_held = carried
+                    .iter()
+                    .map(|&(o, l)| (base + o as usize, l as usize))
+                    .collect();
                 Some(PlannedSlab::new(plan, base, bytes))
             }
             Err(e) => {
@@ -144,8 +160,26 @@ impl PlannedAllocator {
         if self.lending && self.deferred_maps >= cap {
             return self.map_runs_touching(addr, end);
         }
-        if (!prev_alive && !self.lending) || self.deferred_maps >= cap {
+        if !prev_alive && !self.lending {
             return self.map_all_deferred();
+        }
+        if self.deferred_maps >= cap {
+            if !prev_alive || self.lending || self.deferred_held.is_empty() {
+                return self.map_all_deferred();
+            }
+            // The whole slab was deferred: past the cap, every page but
+            // the carried slots' (still held by the step before's blocks
+            // elsewhere), then this block's own.
+            let held = std::mem::take(&mut self.deferred_held);
+            if !self.map_deferred_outside(&held) {
+                return false;
+            }
+            // The carried slots' pages count their own blocks from here,
+            // as where only they were deferred.
+            self.deferred_maps = 0;
+            if !self.deferred.iter().any(|&(a, l)| a < end && addr < a + l) {
+                return true;
+            }
         }
         self.deferred_maps += 1;
         let page = self.backing.space().map_or(1, |s| s.page());
@@ -222,6 +256,46 @@ impl PlannedAllocator {
             }
             keep.push((a, l));
         }
+        self.deferred = keep;
+        ok
+    }
+
+    /// Maps the deferred pages lying outside every range of `held`
+    /// (pages wholly inside one stay deferred); `false` when the backing
+    /// refused one.
+    fn map_deferred_outside(&mut self, held: &[(usize, usize)]) -> bool {
+        let page = self.backing.space().map_or(1, |s| s.page());
+        // Page-aligned interiors of the held ranges, in address order.
+        let mut inside: Vec<(usize, usize)> = held
+            .iter()
+            .map(|&(a, l)| (a.next_multiple_of(page), (a + l) / page * page))
+            .filter(|&(s, e)| s < e)
+            .collect();
+        inside.sort_unstable();
+        let mut keep = Vec::new();
+        let mut ok = true;
+        for (a, l) in std::mem::take(&mut self.deferred) {
+            let end = a + l;
+            let mut at = a;
+            for &(s, e) in &inside {
+                if e <= at || s >= end {
+                    continue;
+                }
+                let s = s.max(at);
+                if s > at && !(ok && self.map_pages(at, s - at)) {
+                    ok = false;
+                    keep.push((at, s - at));
+                }
+                let e = e.min(end);
+                keep.push((s, e - s));
+                at = e;
+            }
+            if at < end && !(ok && self.map_pages(at, end - at)) {
+                ok = false;
+                keep.push((at, end - at));
+            }
+        }
+        keep.sort_unstable();
         self.deferred = keep;
         ok
     }
