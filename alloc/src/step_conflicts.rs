@@ -225,15 +225,11 @@ fn own_packing_order(
         // One interval per slot: the span of its instances in the step.
         let mut index = vec![usize::MAX; n];
         let (mut items, mut slot_of) = (Vec::new(), Vec::new());
-        // Slots with an instance of the step's own (not from its start).
-        let mut own = vec![false; if heads { 0 } else { n }];
-        for &(lower, _, slot, _) in t {
-            if lower > 0
-                && let Some(o) = own.get_mut(slot)
-            {
-                *o = true;
-            }
-        }
+        let own = if heads {
+            Vec::new()
+        } else {
+            own_instances(t, n)
+        };
         for &(lower, upper, slot, bytes) in t {
             if lower == 0 && own.get(slot).copied().unwrap_or(false) {
                 continue;
@@ -294,6 +290,29 @@ fn own_packing_order(
     rest.sort_by_key(|&i| (std::cmp::Reverse(intervals[i].size), intervals[i].lower, i));
     out.extend(rest);
     Some(out)
+}
+
+/// Per slot (`n` of them): whether the step whose `timeline` this is made
+/// a request there itself (an instance not from the frame's start).
+fn own_instances(timeline: &[(usize, usize, usize, u64)], n: usize) -> Vec<bool> {
+    let mut own = vec![false; n];
+    for &(lower, _, slot, _) in timeline {
+        if lower > 0
+            && let Some(o) = own.get_mut(slot)
+        {
+            *o = true;
+        }
+    }
+    own
+}
+
+/// Whether a step carries in a block at a slot it also requests: there
+/// the packing by own instances differs from the spanned one.
+fn carries_in_its_own(timeline: &[(usize, usize, usize, u64)], n: usize) -> bool {
+    let own = own_instances(timeline, n);
+    timeline
+        .iter()
+        .any(|&(lower, _, slot, _)| lower == 0 && own.get(slot).copied().unwrap_or(false))
 }
 
 /// How each slot of a plan relates to the recorded steps: for each site,
@@ -554,7 +573,11 @@ pub fn place(
     let all_steps = [(0..steps.len()).collect::<Vec<usize>>()];
     let groups = variants.map_or(&all_steps[..], |v| v.groups);
     let own = own_packing_order(&timelines, nodes, groups, true);
-    let tails = own_packing_order(&timelines, nodes, groups, false);
+    let tails = timelines
+        .iter()
+        .any(|t| carries_in_its_own(t, n))
+        .then(|| own_packing_order(&timelines, nodes, groups, false))
+        .flatten();
     // The conservative sites: every slot their merged lifetime overlaps.
     for (j, &m) in merged.iter().enumerate() {
         if !m {

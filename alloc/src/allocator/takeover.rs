@@ -73,7 +73,8 @@ impl PlannedAllocator {
     }
 
     /// Reserves the awaited region of `plan` inside a step, none of its
-    /// pages mapped yet (see the module's comment); `None` (the fallback serves) when the backing refuses.
+    /// pages mapped yet (see the module's comment); `None` (the fallback
+    /// serves) when the backing refuses.
     /// Whether it may go in now is [`PlannedAllocator::defer_now`]'s.
     pub(super) fn reserve_deferring(&mut self, plan: site_plan::SitePlan) -> Option<PlannedSlab> {
         self.counters.plan_moved_this_step = true;
