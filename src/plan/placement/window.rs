@@ -64,6 +64,36 @@ pub(super) fn repair(
     goal: usize,
     deadline: Option<Instant>,
 ) -> Repair {
+    repair_passes(items, offsets, goal, deadline, false)
+}
+
+/// [`repair`] where nothing after it would use the time it saves: a pass
+/// of larger windows that lowers nothing ends it only where the pass
+/// before it (not the first) lowered nothing either. Where a mid-size pass
+/// still lowered the height, the windows are finding what holds it at
+/// larger sizes: deepspeed_zero3 subset0.8 x30 a quarter span apart
+/// (733,890 buffers) went 1.0686x -> 1.0505x at 1,024 a side, nothing at
+/// 2,048, and stopped there at 1.05052x the load bound with 4 of its 10 s
+/// left; 4,096 takes it to 1.04572x (docs/planner.md, eighteenth pass).
+/// Every pass regardless cost S_1 and four table rows their time to the
+/// limit for nothing.
+pub(super) fn repair_patiently(
+    items: &[Interval],
+    offsets: &mut [usize],
+    goal: usize,
+    deadline: Option<Instant>,
+) -> Repair {
+    repair_passes(items, offsets, goal, deadline, true)
+}
+
+/// [`repair`], or [`repair_patiently`] where `patient`.
+fn repair_passes(
+    items: &[Interval],
+    offsets: &mut [usize],
+    goal: usize,
+    deadline: Option<Instant>,
+    patient: bool,
+) -> Repair {
     let mut out = Repair::default();
     let mut by_start: Vec<usize> = (0..items.len())
         .filter(|&i| !items[i].is_trivial())
@@ -77,6 +107,8 @@ pub(super) fn repair(
     let late = || deadline.is_some_and(|d| Instant::now() >= d);
     let timeline = Timeline::new(items);
     let mut scratch = Scratch::default();
+    // Whether the last pass after the first lowered the height.
+    let mut lowered_before = false;
     for (pass, half) in WINDOWS.into_iter().enumerate() {
         let height_before = super::height(items, offsets);
         let squeaky: Vec<usize> = by_start
@@ -133,12 +165,15 @@ pub(super) fn repair(
         }
         // A pass of larger windows that left the height where it was: the
         // next, larger still, costs more and (on ten copies of Y_1, on S_1
-        // after the rounds) lowered nothing either. The first pass does
-        // not end it: with copies a quarter span apart, 256 lowered
-        // nothing and 1,024 did.
-        if pass > 0 && super::height(items, offsets) >= height_before {
+        // after the rounds) lowered nothing either, and the time saved
+        // goes to what follows (a second start, the late rounds, the
+        // search). The first pass does not end it: with copies a quarter
+        // span apart, 256 lowered nothing and 1,024 did.
+        let lowered = super::height(items, offsets) < height_before;
+        if pass > 0 && !lowered && !(patient && lowered_before) {
             break;
         }
+        lowered_before = pass > 0 && lowered;
     }
     out
 }
@@ -292,6 +327,56 @@ mod tests {
         let mut offsets = vec![0, 4];
         assert_eq!(repair(&items, &mut offsets, 8, None), Repair::default());
         assert_eq!(offsets, vec![0, 4]);
+    }
+
+    /// A long buffer of `s` bytes placed a row up for no reason (from time
+    /// `t`, `m` steps), one-step buffers of `s` bytes under it, and at its
+    /// end a `k`-byte buffer above it (height `2s + k`, load `s + k`): only
+    /// a window holding the long buffer whole (about `m` buffers start
+    /// before the `k`-byte one) lowers it, to `s + k`.
+    fn gadget(t: usize, m: usize, s: usize, k: usize) -> (Vec<Interval>, Vec<usize>) {
+        let mut items = vec![iv(t, t + m, s)];
+        let mut offsets = vec![s];
+        for j in t..t + m - 1 {
+            items.push(iv(j, j + 1, s));
+            offsets.push(0);
+        }
+        items.push(iv(t + m - 1, t + m, k));
+        offsets.push(2 * s);
+        (items, offsets)
+    }
+
+    #[test]
+    fn a_stall_after_a_lowering_pass_does_not_end_the_patient_repair() {
+        // 600 steps reached by 1,024 a side (height 7 -> 6), then 3,000
+        // reached only by 4,096 (6 -> 5, the load bound); 2,048 lowers
+        // nothing in between, where the plain repair stops.
+        let (mut items, mut offsets) = gadget(0, 600, 2, 3);
+        let (more, more_offsets) = gadget(1000, 3000, 1, 4);
+        items.extend(more);
+        offsets.extend(more_offsets);
+        validate(&items, &offsets, None).unwrap();
+        let lb = lower_bound(&items);
+        assert_eq!((lb, height(&items, &offsets)), (5, 7));
+        let mut plain = offsets.clone();
+        repair(&items, &mut plain, lb, None);
+        validate(&items, &plain, None).unwrap();
+        assert_eq!(height(&items, &plain), 6, "the plain repair stops at 2,048");
+        let out = repair_patiently(&items, &mut offsets, lb, None);
+        validate(&items, &offsets, None).unwrap();
+        assert_eq!(height(&items, &offsets), 5);
+        assert_eq!(out.improved, 2);
+    }
+
+    #[test]
+    fn a_patient_repair_still_stops_where_no_larger_pass_lowered() {
+        // One gadget of 3,000 steps: 1,024 and 2,048 lower nothing, so
+        // the patient repair stops there too (and leaves it at 4).
+        let (items, mut offsets) = gadget(0, 3000, 1, 2);
+        let lb = lower_bound(&items);
+        assert_eq!((lb, height(&items, &offsets)), (3, 4));
+        let out = repair_patiently(&items, &mut offsets, lb, None);
+        assert_eq!((height(&items, &offsets), out.improved), (4, 0));
     }
 
     proptest! {
