@@ -94,10 +94,12 @@ def test_fixed_length_gpt2_is_served_from_the_plan_with_identical_losses(env, tm
         assert s["asked_now"] > 0
         assert s["served_now"] == s["asked_now"], s
         assert s["fallback_allocations_last_step"] == 0, s
-    # The slab's region is reserved in the first step the plan serves (once
-    # the gradients the recorded step carried into it are freed); no step
-    # after it reserves anything.
-    assert steady[0]["backing_reservations_last_step"] == 1, steady[0]
+    # The slab's region is reserved in the first step the plan serves, its
+    # pages mapped as blocks land while the gradients the recorded step
+    # carried into it live (a call a block, 8 blocks at most), the rest in
+    # a call a run once they are freed (alloc/src/allocator/takeover.rs);
+    # no step after it reserves anything.
+    assert 1 <= steady[0]["backing_reservations_last_step"] <= 10, steady[0]
     for s in steady[1:]:
         assert s["backing_reservations_last_step"] == 0, s
     assert steady[-1]["backing_reservations"] == steady[0]["backing_reservations"]
