@@ -765,13 +765,7 @@ mod tests {
             let mut spans = Vec::new();
             let mut mine = Vec::new();
             for (k, r) in rec.requests.iter().enumerate() {
-                let origin = Origin {
-                    step: s,
-                    k: k as u32,
-                };
-                let (addr, len) = slab
-                    .serve(origin, r.size, 0, RequestPhase::Train)
-                    .unwrap_or_else(|e| panic!("step {s} request {k}: {e:?}"));
+                let (addr, len) = serve_train(&mut slab, s, k, r.size);
                 spans.push((addr, addr + len as usize));
                 mine.push((addr, r.freed.is_some_and(|f| f.step == s)));
             }
@@ -788,6 +782,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Request `k` of step `s` (training, stream 0) served from `slab`;
+    /// its address and length.
+    fn serve_train(slab: &mut PlannedSlab, s: u64, k: usize, size: u64) -> (usize, u64) {
+        let origin = Origin {
+            step: s,
+            k: k as u32,
+        };
+        slab.serve(origin, size, 0, RequestPhase::Train)
+            .unwrap_or_else(|e| panic!("step {s} request {k}: {e:?}"))
     }
 
     /// A step of two micro-batches, each of kind A or B as `kinds` says
@@ -836,13 +841,7 @@ mod tests {
             let rec = step_of_two(s, draw);
             let mut live = Vec::new();
             for (k, r) in rec.requests.iter().enumerate() {
-                let origin = Origin {
-                    step: s,
-                    k: k as u32,
-                };
-                let (addr, _) = slab
-                    .serve(origin, r.size, 0, RequestPhase::Train)
-                    .unwrap_or_else(|e| panic!("step {s} request {k}: {e:?}"));
+                let (addr, _) = serve_train(&mut slab, s, k, r.size);
                 live.push(addr);
                 if k % 3 == 2 {
                     for addr in live.drain(..) {
