@@ -267,6 +267,9 @@ pub struct PlannedAllocator {
     /// take-over whose whole slab was deferred: kept deferred past the
     /// cap while the step before's blocks live (allocator/takeover.rs).
     deferred_held: Vec<(usize, usize)>,
+    /// The carried slots' pages a plan grown in place at a step's end left
+    /// unmapped: held back in the next step as at the take-over.
+    held_next_step: Vec<(usize, usize)>,
     /// Pages of the slab lent this step (unmapped for a miss no gap
     /// held; allocator/lending.rs), and the unmap calls that lent them.
     lending: bool,
@@ -434,6 +437,7 @@ impl PlannedAllocator {
             deferred: Vec::new(),
             deferred_maps: 0,
             deferred_held: Vec::new(),
+            held_next_step: Vec::new(),
             lending: false,
             lent_calls: 0,
             streams: HashMap::new(),
@@ -821,7 +825,7 @@ impl PlannedAllocator {
         self.lent_calls = 0;
         self.deferred_maps = 0;
         // Held back only in the take-over's own step.
-        self.deferred_held.clear();
+        self.deferred_held = std::mem::take(&mut self.held_next_step);
         let expected = self.records.latest_len();
         self.records.begin(self.step, expected);
         // The serving plan's matcher anchors this step's requests.
@@ -1570,7 +1574,7 @@ impl PlannedAllocator {
             Some(old) => {
                 // A larger plan: the region grows in place when the bytes
                 // after it are free (allocator/growth.rs).
-                let (plan, old) = match self.grow_in_place(plan, old, bytes) {
+                let (plan, old) = match self.grow_in_place(plan, old, bytes, &steps) {
                     Ok(slab) => {
                         self.slab = Some(slab);
                         self.finish_install(steps);

@@ -181,28 +181,7 @@ impl Metered {
     /// nothing done, when the bytes past it are not free or there is no
     /// range.
     pub fn grow_in_place(&mut self, addr: usize, bytes: usize) -> Result<bool> {
-        let Some((_, space)) = self.spaces.first() else {
-            return Ok(false);
-        };
-        if !space.contains(addr) {
-            return Ok(false);
-        }
-        let (base, off) = (space.base(), addr - space.base());
-        if !space.can_grow(off, bytes) {
-            return Ok(false);
-        }
-        // As for a new slab: the idle pages outside it go first, so that
-        // the pages it maps are never held beside pages nobody uses; its
-        // own idle pages (the overflow's, right after it) stay and serve.
-        let mut idle = space.trimmable(Some((off, bytes)));
-        idle.retain(|&(_, l)| l >= self.trim_min);
-        self.unmap_runs(0, &idle);
-        let runs = self.spaces[0].1.unmapped_runs(off, bytes);
-        for (ro, rl) in runs {
-            self.map(base + ro, rl)?;
-            self.spaces[0].1.note_mapped(ro, rl);
-        }
-        Ok(self.spaces[0].1.grow(off, bytes))
+        Ok(self.grow_in_place_deferred(addr, bytes, &[])?.is_some())
     }
 
     /// Shrinks the region at `addr` of the default stream's range in place

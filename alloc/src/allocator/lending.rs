@@ -89,7 +89,20 @@ use super::*;
 /// +32% a set, the most in one steady step p90 73 -> 79 and max 150 ->
 /// 223, the served share of three loops lower (`loop-22-015` 81% -> 32%:
 /// its lower peak declines more re-plans); 64 runs the same loops as 32.
-const LEND_CALLS: u32 = 32;
+///
+/// **64** since session 17, with swaps and cuts: a step of several
+/// micro-batches that outgrows the plan borrows and maps back once per
+/// micro-batch, and the 32 runs were spent before the last one's misses
+/// (generated `loop-27-015`, out of sample: growing lengths, accumulation
+/// 4, every site too small at the last step; 32 runs gone by its third
+/// micro-batch, 1.03 MiB of the slab idle beside 1.13 MiB of misses,
+/// 1.370x the live lower bound; 1.113x with 64, the same with 128).
+/// Replays of 144 loops (seeds 27 and 28, generated before the change; 16
+/// loops of earlier seeds; the 30 generated test traces; the suite): 2
+/// lower (`loop-15-030` 1.094 -> 1.007), none higher by more than 0.02;
+/// device calls +2.3% in all, the most in one step after the warm-up
+/// 198 -> 243 (`loop-15-030`).
+const LEND_CALLS: u32 = 64;
 
 /// A re-plan is declined only when its slab is more than this much over
 /// its own lower bound (numerator, denominator): a tight plan's growth is

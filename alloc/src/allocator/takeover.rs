@@ -44,9 +44,18 @@ impl PlannedAllocator {
     /// (both, for a site with an alternate) of every site whose request
     /// was freed in the step after its own.
     fn carried_slots(&self, plan: &site_plan::SitePlan) -> Vec<(u64, u64)> {
+        self.carried_slots_of(plan, &self.basis)
+    }
+
+    /// [`PlannedAllocator::carried_slots`] of `plan` made from `basis`.
+    pub(super) fn carried_slots_of(
+        &self,
+        plan: &site_plan::SitePlan,
+        basis: &[StepRecord],
+    ) -> Vec<(u64, u64)> {
         let latest = self.step.saturating_sub(1);
         let mut sites: Vec<bool> = vec![false; plan.sites.len()];
-        for rec in &self.basis {
+        for rec in basis {
             let Some(map) = plan.merged.map(rec.step) else {
                 continue;
             };

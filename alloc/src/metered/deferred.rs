@@ -70,6 +70,58 @@ impl Metered {
         Ok((addr, later))
     }
 
+    /// [`Metered::grow_in_place`], except that the pages not mapped yet
+    /// lying wholly inside one of `defer` (byte ranges `(offset, length)`
+    /// from the region's start) are left unmapped: returns those page runs
+    /// `(address, length)`, for the caller to map with
+    /// [`Metered::map_deferred`] before anything uses their bytes; `None`,
+    /// and nothing done, where the region cannot grow in place.
+    pub fn grow_in_place_deferred(
+        &mut self,
+        addr: usize,
+        bytes: usize,
+        defer: &[(u64, u64)],
+    ) -> Result<Option<Vec<(usize, usize)>>> {
+        let Some((_, space)) = self.spaces.first() else {
+            return Ok(None);
+        };
+        if !space.contains(addr) {
+            return Ok(None);
+        }
+        let (base, off) = (space.base(), addr - space.base());
+        if !space.can_grow(off, bytes) {
+            return Ok(None);
+        }
+        // As for a new slab: the idle pages outside it go first, so that
+        // the pages it maps are never held beside pages nobody uses; its
+        // own idle pages (the overflow's, right after it) stay and serve.
+        let mut idle = space.trimmable(Some((off, bytes)));
+        idle.retain(|&(_, l)| l >= self.trim_min);
+        self.unmap_runs(0, &idle);
+        let held = held_pages(self.spaces[0].1.page(), off, bytes, defer);
+        let mut later = Vec::new();
+        for (ro, rl) in self.spaces[0].1.unmapped_runs(off, bytes) {
+            let (mut at, end) = (ro, ro + rl);
+            for &(lo, hi) in &held {
+                if hi <= at || lo >= end {
+                    continue;
+                }
+                if lo > at {
+                    self.map(base + at, lo - at)?;
+                    self.spaces[0].1.note_mapped(at, lo - at);
+                }
+                let stop = hi.min(end);
+                later.push((base + lo.max(at), stop - lo.max(at)));
+                at = stop;
+            }
+            if at < end {
+                self.map(base + at, end - at)?;
+                self.spaces[0].1.note_mapped(at, end - at);
+            }
+        }
+        Ok(self.spaces[0].1.grow(off, bytes).then_some(later))
+    }
+
     /// Regions taken from the high end of a range may unmap idle pages
     /// first, `calls` times at most until this is called again, when they
     /// would map pages past the run's peak ([`Metered::make_room`]). The
@@ -308,6 +360,31 @@ mod tests {
                 .unmapped_runs(addr - m.space().unwrap().base(), 10 * P)
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_region_grown_in_place_leaves_the_deferred_pages_of_its_growth() {
+        let mut m = metered();
+        let (addr, later) = m.reserve_low_deferred(4 * P, &[]).unwrap();
+        assert!(later.is_empty());
+        assert_eq!(m.current(), 4 * P as u64);
+        // Grown to 12 pages, offsets 5P..9P deferred: the old pages stay
+        // mapped, the growth's others are mapped, those four wait.
+        let later = m
+            .grow_in_place_deferred(addr, 12 * P, &[(5 * P as u64, 4 * P as u64)])
+            .unwrap();
+        assert_eq!(later, Some(vec![(addr + 5 * P, 4 * P)]));
+        assert_eq!(m.current(), 8 * P as u64);
+        m.map_deferred(addr + 5 * P, 4 * P, 16).unwrap();
+        assert_eq!(m.current(), 12 * P as u64);
+        // A range the old region's pages cover defers nothing of them.
+        let later = m
+            .grow_in_place_deferred(addr, 16 * P, &[(0, 2 * P as u64)])
+            .unwrap();
+        assert_eq!(later, Some(vec![]));
+        assert_eq!(m.current(), 16 * P as u64);
+        // Not a region of the range: nothing grows.
+        assert_eq!(m.grow_in_place_deferred(1, 2 * P, &[]).unwrap(), None);
     }
 
     #[test]
