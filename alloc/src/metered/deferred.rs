@@ -34,31 +34,7 @@ impl Metered {
         let Some(off) = self.spaces[i].1.place(bytes, End::Low) else {
             return Ok((self.reserve_region(bytes)?, Vec::new()));
         };
-        let mut idle = self.spaces[i].1.trimmable(Some((off, bytes)));
-        idle.retain(|&(_, l)| l >= self.trim_min);
-        self.unmap_runs(i, &idle);
-        let held = held_pages(self.spaces[i].1.page(), off, bytes, defer);
-        let base = self.spaces[i].1.base();
-        let mut later = Vec::new();
-        for (ro, rl) in self.spaces[i].1.unmapped_runs(off, bytes) {
-            let (mut at, end) = (ro, ro + rl);
-            for &(lo, hi) in &held {
-                if hi <= at || lo >= end {
-                    continue;
-                }
-                if lo > at {
-                    self.map(base + at, lo - at)?;
-                    self.spaces[i].1.note_mapped(at, lo - at);
-                }
-                let stop = hi.min(end);
-                later.push((base + lo.max(at), stop - lo.max(at)));
-                at = stop;
-            }
-            if at < end {
-                self.map(base + at, end - at)?;
-                self.spaces[i].1.note_mapped(at, end - at);
-            }
-        }
+        let later = self.map_but_deferred(i, off, bytes, defer)?;
         let addr =
             self.spaces[i]
                 .1
@@ -88,19 +64,35 @@ impl Metered {
         if !space.contains(addr) {
             return Ok(None);
         }
-        let (base, off) = (space.base(), addr - space.base());
+        let off = addr - space.base();
         if !space.can_grow(off, bytes) {
             return Ok(None);
         }
         // As for a new slab: the idle pages outside it go first, so that
         // the pages it maps are never held beside pages nobody uses; its
         // own idle pages (the overflow's, right after it) stay and serve.
-        let mut idle = space.trimmable(Some((off, bytes)));
+        let later = self.map_but_deferred(0, off, bytes, defer)?;
+        Ok(self.spaces[0].1.grow(off, bytes).then_some(later))
+    }
+
+    /// Maps the pages of `[off, off + bytes)` of range `i` not mapped yet
+    /// but those lying wholly inside one of `defer` (byte ranges `(offset,
+    /// length)` from `off`), after unmapping the range's idle pages outside
+    /// it; returns the page runs left unmapped, `(address, length)`.
+    fn map_but_deferred(
+        &mut self,
+        i: usize,
+        off: usize,
+        bytes: usize,
+        defer: &[(u64, u64)],
+    ) -> Result<Vec<(usize, usize)>> {
+        let mut idle = self.spaces[i].1.trimmable(Some((off, bytes)));
         idle.retain(|&(_, l)| l >= self.trim_min);
-        self.unmap_runs(0, &idle);
-        let held = held_pages(self.spaces[0].1.page(), off, bytes, defer);
+        self.unmap_runs(i, &idle);
+        let held = held_pages(self.spaces[i].1.page(), off, bytes, defer);
+        let base = self.spaces[i].1.base();
         let mut later = Vec::new();
-        for (ro, rl) in self.spaces[0].1.unmapped_runs(off, bytes) {
+        for (ro, rl) in self.spaces[i].1.unmapped_runs(off, bytes) {
             let (mut at, end) = (ro, ro + rl);
             for &(lo, hi) in &held {
                 if hi <= at || lo >= end {
@@ -108,7 +100,7 @@ impl Metered {
                 }
                 if lo > at {
                     self.map(base + at, lo - at)?;
-                    self.spaces[0].1.note_mapped(at, lo - at);
+                    self.spaces[i].1.note_mapped(at, lo - at);
                 }
                 let stop = hi.min(end);
                 later.push((base + lo.max(at), stop - lo.max(at)));
@@ -116,10 +108,10 @@ impl Metered {
             }
             if at < end {
                 self.map(base + at, end - at)?;
-                self.spaces[0].1.note_mapped(at, end - at);
+                self.spaces[i].1.note_mapped(at, end - at);
             }
         }
-        Ok(self.spaces[0].1.grow(off, bytes).then_some(later))
+        Ok(later)
     }
 
     /// Regions taken from the high end of a range may unmap idle pages
