@@ -174,16 +174,6 @@ impl Metered {
         self.reserve_on(bytes, 0, End::Low, false)
     }
 
-    /// Grows the region at `addr` of the default stream's range in place to
-    /// `bytes` (the slab's region at a larger re-plan, over the pages right
-    /// after it: its own overflow's, mapped already, and more): `Ok(true)`
-    /// when it did, mapping only the pages not mapped yet; `Ok(false)`, and
-    /// nothing done, when the bytes past it are not free or there is no
-    /// range.
-    pub fn grow_in_place(&mut self, addr: usize, bytes: usize) -> Result<bool> {
-        Ok(self.grow_in_place_deferred(addr, bytes, &[])?.is_some())
-    }
-
     /// Shrinks the region at `addr` of the default stream's range in place
     /// to `bytes` (the slab's region at a smaller re-plan): the bytes past
     /// them become free and their pages idle, for the next

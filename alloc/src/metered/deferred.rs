@@ -46,12 +46,15 @@ impl Metered {
         Ok((addr, later))
     }
 
-    /// [`Metered::grow_in_place`], except that the pages not mapped yet
-    /// lying wholly inside one of `defer` (byte ranges `(offset, length)`
-    /// from the region's start) are left unmapped: returns those page runs
-    /// `(address, length)`, for the caller to map with
+    /// Grows the region at `addr` of the default stream's range in place to
+    /// `bytes` (the slab's region at a larger re-plan, over the pages right
+    /// after it: its own overflow's, mapped already, and more), mapping the
+    /// pages not mapped yet but those lying wholly inside one of `defer`
+    /// (byte ranges `(offset, length)` from the region's start): returns
+    /// those page runs `(address, length)`, for the caller to map with
     /// [`Metered::map_deferred`] before anything uses their bytes; `None`,
-    /// and nothing done, where the region cannot grow in place.
+    /// and nothing done, when the bytes past it are not free or there is no
+    /// range.
     pub fn grow_in_place_deferred(
         &mut self,
         addr: usize,
