@@ -426,7 +426,12 @@ pub fn plan(
                     life.carried = true;
                     life.wraps |= clock > 0;
                     if clock > 0 {
-                        let end = next.map_or(n, |t| at(t, clock));
+                        // A next step not among the steps planned (a basis
+                        // of recent steps and older ones) is taken to be
+                        // like this one: the block is freed where this
+                        // step's own request at that clock lies, not at the
+                        // next step's end (issue 38, session 18).
+                        let end = at(next.unwrap_or(s), clock);
                         life.next_end = life.next_end.max(end);
                     }
                     // Freed past the next step's own request at this site:
@@ -860,7 +865,9 @@ fn per_step_lower_bound(
                 size: slot_for(req.size, pad, checked) as usize,
             });
         }
-        if i > 0 {
+        // Blocks carried in from the step before, when that step is the
+        // one recorded before this one (a basis may skip steps).
+        if i > 0 && steps[i - 1].step + 1 == rec.step {
             let prev = steps[i - 1];
             for (k, req) in prev.requests.iter().enumerate() {
                 if let RequestLife::NextStep(clock) = req.life(prev.step, latest)
@@ -1175,6 +1182,53 @@ mod tests {
             );
         }
         assert!(each_step_fits(&plan, &steps));
+    }
+
+    #[test]
+    fn a_block_carried_into_a_step_not_planned_is_freed_where_its_own_step_frees_it() {
+        // Steps 1 and 3 of a loop (a re-plan's basis skips steps): a
+        // temporary at position 1, a block at position 2 carried into the
+        // next step and freed there once its first request is made (clock
+        // 1). Neither next step is planned; taken to free the block where
+        // each step's own first request lies, the block never meets the
+        // temporary, and the two share bytes. Taken to live through the
+        // whole next step, they could not.
+        let step = |s: u64| StepRecord {
+            step: s,
+            requests: vec![
+                req(512, Some((s, 4))),
+                req(64_000, Some((s, 2))),
+                req(64_000, Some((s + 1, 1))),
+                req(512, Some((s, 4))),
+            ],
+            ..StepRecord::default()
+        };
+        let steps = [step(1), step(3)];
+        let plan = plan_of(&steps, 4, false, Room::default());
+        assert!(
+            plan.slab_bytes < 2 * slot_for(64_000, 0, false),
+            "{} bytes: {:?}",
+            plan.slab_bytes,
+            plan.sites
+        );
+        assert!(each_step_fits(&plan, &steps));
+    }
+
+    #[test]
+    fn the_bound_counts_carried_blocks_only_from_the_step_recorded_before() {
+        // The same steps 1 and 3: step 1's carried block is not step 3's
+        // (step 2 was not recorded), so the bound is one step's own.
+        let step = |s: u64| StepRecord {
+            step: s,
+            requests: vec![req(64_000, Some((s, 2))), req(64_000, Some((s + 1, 2)))],
+            ..StepRecord::default()
+        };
+        let apart = plan_of(&[step(1), step(3)], 4, false, Room::default());
+        let one = plan_of(&[step(3)], 4, false, Room::default());
+        assert_eq!(apart.lower_bound, one.lower_bound);
+        // Steps 1 and 2: step 1's carried block is alive at step 2's start.
+        let next = plan_of(&[step(1), step(2)], 4, false, Room::default());
+        assert!(next.lower_bound > one.lower_bound);
     }
 
     /// Draws in `0..m` from a xorshift seeded with `seed`.

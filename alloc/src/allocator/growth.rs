@@ -111,7 +111,20 @@ impl PlannedAllocator {
         // The carried sites' pages wait for their blocks (see the module's
         // comment).
         let defer = self.carried_slots_of(&plan, steps);
-        match self.backing.grow_in_place_deferred(base, bytes, &defer) {
+        // The old region's pages unmapped now (lent to misses that may
+        // outlive the step, or a take-over's deferred ones) stay so: they
+        // are mapped as blocks land on them or at a step's end under the
+        // run's peak, as they would have been without the growth.
+        let known: Vec<(usize, usize)> = self
+            .deferred
+            .iter()
+            .copied()
+            .filter(|&(a, _)| a >= base && a < base + had)
+            .collect();
+        match self
+            .backing
+            .grow_in_place_deferred(base, bytes, &defer, &known)
+        {
             Ok(Some(later)) => {
                 if self.checked {
                     // Only the mapped pages; the others when they are.

@@ -34,7 +34,7 @@ impl Metered {
         let Some(off) = self.spaces[i].1.place(bytes, End::Low) else {
             return Ok((self.reserve_region(bytes)?, Vec::new()));
         };
-        let later = self.map_but_deferred(i, off, bytes, defer)?;
+        let later = self.map_but_deferred(i, off, bytes, defer, &[])?;
         let addr =
             self.spaces[i]
                 .1
@@ -60,6 +60,7 @@ impl Metered {
         addr: usize,
         bytes: usize,
         defer: &[(u64, u64)],
+        known: &[(usize, usize)],
     ) -> Result<Option<Vec<(usize, usize)>>> {
         let Some((_, space)) = self.spaces.first() else {
             return Ok(None);
@@ -74,7 +75,7 @@ impl Metered {
         // As for a new slab: the idle pages outside it go first, so that
         // the pages it maps are never held beside pages nobody uses; its
         // own idle pages (the overflow's, right after it) stay and serve.
-        let later = self.map_but_deferred(0, off, bytes, defer)?;
+        let later = self.map_but_deferred(0, off, bytes, defer, known)?;
         Ok(self.spaces[0].1.grow(off, bytes).then_some(later))
     }
 
@@ -88,14 +89,19 @@ impl Metered {
         off: usize,
         bytes: usize,
         defer: &[(u64, u64)],
+        known: &[(usize, usize)],
     ) -> Result<Vec<(usize, usize)>> {
         let mut idle = self.spaces[i].1.trimmable(Some((off, bytes)));
         idle.retain(|&(_, l)| l >= self.trim_min);
         self.unmap_runs(i, &idle);
         let held = held_pages(self.spaces[i].1.page(), off, bytes, defer);
         let base = self.spaces[i].1.base();
+        let known: Vec<(usize, usize)> = known
+            .iter()
+            .filter_map(|&(a, l)| Some((a.checked_sub(base)?, l)))
+            .collect();
         let mut later = Vec::new();
-        for (ro, rl) in self.spaces[i].1.unmapped_runs(off, bytes) {
+        for (ro, rl) in without(self.spaces[i].1.unmapped_runs(off, bytes), &known) {
             let (mut at, end) = (ro, ro + rl);
             for &(lo, hi) in &held {
                 if hi <= at || lo >= end {
@@ -232,6 +238,33 @@ impl Metered {
 /// from the region's start, merged where they touch before they are cut to
 /// whole pages: small slots side by side fill a 2 MiB granule together):
 /// the [`DEFERRED_RUNS`] largest runs of them.
+/// `runs` (offset, length) less the bytes of `known` (offset, length).
+fn without(runs: Vec<(usize, usize)>, known: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    if known.is_empty() {
+        return runs;
+    }
+    let mut known = known.to_vec();
+    known.sort_unstable();
+    let mut out = Vec::with_capacity(runs.len());
+    for (ro, rl) in runs {
+        let (mut at, end) = (ro, ro + rl);
+        for &(ko, kl) in &known {
+            let ke = ko + kl;
+            if ke <= at || ko >= end {
+                continue;
+            }
+            if ko > at {
+                out.push((at, ko - at));
+            }
+            at = at.max(ke);
+        }
+        if at < end {
+            out.push((at, end - at));
+        }
+    }
+    out
+}
+
 fn held_pages(page: usize, off: usize, bytes: usize, defer: &[(u64, u64)]) -> Vec<(usize, usize)> {
     let mut ranges: Vec<(usize, usize)> = defer
         .iter()
@@ -366,7 +399,7 @@ mod tests {
         // Grown to 12 pages, offsets 5P..9P deferred: the old pages stay
         // mapped, the growth's others are mapped, those four wait.
         let later = m
-            .grow_in_place_deferred(addr, 12 * P, &[(5 * P as u64, 4 * P as u64)])
+            .grow_in_place_deferred(addr, 12 * P, &[(5 * P as u64, 4 * P as u64)], &[])
             .unwrap();
         assert_eq!(later, Some(vec![(addr + 5 * P, 4 * P)]));
         assert_eq!(m.current(), 8 * P as u64);
@@ -374,12 +407,35 @@ mod tests {
         assert_eq!(m.current(), 12 * P as u64);
         // A range the old region's pages cover defers nothing of them.
         let later = m
-            .grow_in_place_deferred(addr, 16 * P, &[(0, 2 * P as u64)])
+            .grow_in_place_deferred(addr, 16 * P, &[(0, 2 * P as u64)], &[])
             .unwrap();
         assert_eq!(later, Some(vec![]));
         assert_eq!(m.current(), 16 * P as u64);
         // Not a region of the range: nothing grows.
-        assert_eq!(m.grow_in_place_deferred(1, 2 * P, &[]).unwrap(), None);
+        assert_eq!(m.grow_in_place_deferred(1, 2 * P, &[], &[]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_region_grown_in_place_leaves_the_pages_it_is_told_of() {
+        let mut m = metered();
+        let (addr, _) = m.reserve_low_deferred(4 * P, &[]).unwrap();
+        // Two pages lent (unmapped) to a miss that outlives the step.
+        let lent = m.lend(addr + P, 2 * P, 8);
+        assert_eq!(lent, vec![(addr + P, 2 * P)]);
+        assert_eq!(m.current(), 2 * P as u64);
+        // Grown to 8 pages told of them: the growth is mapped, they are
+        // not, and they are not reported (the caller has them already).
+        let later = m.grow_in_place_deferred(addr, 8 * P, &[], &lent).unwrap();
+        assert_eq!(later, Some(vec![]));
+        assert_eq!(m.current(), 6 * P as u64);
+        m.map_deferred(addr + P, 2 * P, 16).unwrap();
+        assert_eq!(m.current(), 8 * P as u64);
+        // Not told of them, the growth maps them too.
+        let mut m = metered();
+        let (addr, _) = m.reserve_low_deferred(4 * P, &[]).unwrap();
+        m.lend(addr + P, 2 * P, 8);
+        m.grow_in_place_deferred(addr, 8 * P, &[], &[]).unwrap();
+        assert_eq!(m.current(), 8 * P as u64);
     }
 
     #[test]
