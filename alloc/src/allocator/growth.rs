@@ -28,6 +28,14 @@
 //! peak with no idle pages to borrow, which the ninth block then mapped
 //! beside them (`loop-1-029` 1.028 -> 1.285x).
 //!
+//! **Nor the old region's lent pages** (session 18). The growth mapped
+//! every unmapped page of the whole region, and the old part's are those
+//! the slab lent to misses (or a take-over's deferred ones), whose misses
+//! may outlive the step: generated `loop-14-000` mapped a third of its
+//! slab back beside the misses carried into the next step, 1.113x; left
+//! as the allocator holds them (mapped as blocks land on them, or at a
+//! step's end under the run's peak), 1.028x.
+//!
 //! Only for a plan whose slab is within [`TIGHT`] (3/2) of its own lower
 //! bound: a plan merged from steps of random shapes can be much taller than
 //! any of its steps (each site at its largest size), and such a plan is
