@@ -123,15 +123,9 @@ impl PlannedAllocator {
         // outlive the step, or a take-over's deferred ones) stay so: they
         // are mapped as blocks land on them or at a step's end under the
         // run's peak, as they would have been without the growth.
-        let known: Vec<(usize, usize)> = self
-            .deferred
-            .iter()
-            .copied()
-            .filter(|&(a, _)| a >= base && a < base + had)
-            .collect();
         match self
             .backing
-            .grow_in_place_deferred(base, bytes, &defer, &known)
+            .grow_in_place_deferred(base, bytes, &defer, &self.deferred)
         {
             Ok(Some(later)) => {
                 if self.checked {

@@ -54,7 +54,8 @@ impl Metered {
     /// those page runs `(address, length)`, for the caller to map with
     /// [`Metered::map_deferred`] before anything uses their bytes; `None`,
     /// and nothing done, when the bytes past it are not free or there is no
-    /// range.
+    /// range. The unmapped pages of `known` (address runs the caller holds
+    /// already: lent or deferred) are neither mapped nor returned.
     pub fn grow_in_place_deferred(
         &mut self,
         addr: usize,
@@ -233,11 +234,6 @@ impl Metered {
     }
 }
 
-/// The pages (offsets in the range, `[start, end)`, sorted and apart) of
-/// the region of `bytes` at `off` lying wholly inside `defer` (byte ranges
-/// from the region's start, merged where they touch before they are cut to
-/// whole pages: small slots side by side fill a 2 MiB granule together):
-/// the [`DEFERRED_RUNS`] largest runs of them.
 /// `runs` (offset, length) less the bytes of `known` (offset, length).
 fn without(runs: Vec<(usize, usize)>, known: &[(usize, usize)]) -> Vec<(usize, usize)> {
     if known.is_empty() {
@@ -265,6 +261,11 @@ fn without(runs: Vec<(usize, usize)>, known: &[(usize, usize)]) -> Vec<(usize, u
     out
 }
 
+/// The pages (offsets in the range, `[start, end)`, sorted and apart) of
+/// the region of `bytes` at `off` lying wholly inside `defer` (byte ranges
+/// from the region's start, merged where they touch before they are cut to
+/// whole pages: small slots side by side fill a 2 MiB granule together):
+/// the [`DEFERRED_RUNS`] largest runs of them.
 fn held_pages(page: usize, off: usize, bytes: usize, defer: &[(u64, u64)]) -> Vec<(usize, usize)> {
     let mut ranges: Vec<(usize, usize)> = defer
         .iter()
